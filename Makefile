@@ -1,0 +1,44 @@
+# cadence — every command a developer or CI needs. `make help` lists them.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MEMBERS := packages/core $(sort $(wildcard packages/methods/*)) $(wildcard harness)
+STAMP := $(VENV)/.installed
+
+.PHONY: help install test lint fmt demo bench cards clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+# Reinstalls only when a pyproject.toml changed; otherwise it is a no-op.
+$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(MEMBERS))
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(addprefix -e ,$(addsuffix [all],packages/core) $(filter-out packages/core,$(MEMBERS))) --group dev
+	@touch $@
+
+install: $(STAMP) ## create .venv and install every package of the repo (editable) plus dev tools
+
+# pytest exits 5 when it collected nothing: an empty run must not pass.
+test: $(STAMP) ## run the test suite on CPU (what CI runs)
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+lint: $(STAMP) ## ruff: lint and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: $(STAMP) ## ruff: fix lint and format in place
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+demo: $(STAMP) ## the main job: a small CPU comparison of methods on real data
+	$(PY) -m cadence_harness demo
+
+bench: $(STAMP) ## benchmarks: trainer overhead and method costs, measured side by side (prints ratios)
+	$(PY) -m cadence_harness.benchmarks
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,53 @@
+"""cadence: train faster by composing algorithmic speed-up methods.
+
+The core: `Trainer`, `Event`, `State`, `Engine`, `Algorithm`, `Callback`, `Time`, `Model`.
+Methods live in their own packages (``pip install cadence-mixup``) and appear under
+`cadence.algorithms` and `cadence.functional` once installed.
+"""
+
+from cadence.algorithm import Algorithm, Effects, Resource
+from cadence.callback import Callback
+from cadence.engine import Engine, MethodConflictError, MethodError
+from cadence.event import Event
+from cadence.loggers import ConsoleLogger, InMemoryLogger, Logger, LoggerDestination
+from cadence.models import (
+    Classifier,
+    ComposerClassifier,
+    ComposerModel,
+    Model,
+    soft_cross_entropy,
+)
+from cadence.precision import Precision
+from cadence.state import State
+from cadence.time import Time, Timestamp, TimeUnit, ensure_time
+from cadence.trainer import Trainer, seed_all
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Algorithm",
+    "Callback",
+    "Classifier",
+    "ComposerClassifier",
+    "ComposerModel",
+    "ConsoleLogger",
+    "Effects",
+    "Engine",
+    "Event",
+    "InMemoryLogger",
+    "Logger",
+    "LoggerDestination",
+    "MethodConflictError",
+    "MethodError",
+    "Model",
+    "Precision",
+    "Resource",
+    "State",
+    "Time",
+    "TimeUnit",
+    "Timestamp",
+    "Trainer",
+    "ensure_time",
+    "seed_all",
+    "soft_cross_entropy",
+]

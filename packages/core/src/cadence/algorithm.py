@@ -1,0 +1,121 @@
+"""`Algorithm`: the base class of every speed-up method.
+
+A method is ``match(event, state) -> bool`` plus ``apply(event, state, logger)``, as in
+Composer. cadence adds three declarations the engine uses before training starts:
+
+* ``events``: the events on which ``match`` may return True. The engine consults ``match``
+  only on those (cheaper dispatch) and prints them in its plan. Leave it empty to be asked
+  on every event.
+* ``order``: the nesting position. Lower values wrap higher ones: they run earlier on
+  ``BEFORE_*``/start events and later on ``AFTER_*`` events. A method that must see the raw
+  batch first on ``AFTER_DATALOADER`` therefore takes a *high* order (it sits closest to the
+  data loader). Ties keep the user's list order.
+* ``effects()``: what the method reads and writes, which writes it must own alone, and named
+  conflicts. Two methods that claim the same resource exclusively are rejected together.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from cadence.event import Event
+
+if TYPE_CHECKING:
+    from cadence.loggers.logger import Logger
+    from cadence.state import State
+
+__all__ = ["Algorithm", "Effects", "Resource"]
+
+
+class Resource(str, Enum):
+    """The parts of a training run a method can touch."""
+
+    INPUTS = "batch inputs"
+    TARGETS = "targets"
+    LOSS = "loss"
+    MODEL = "model structure"
+    WEIGHTS = "model weights"
+    GRADIENTS = "gradients"
+    OPTIMIZER = "optimizer"
+    SCHEDULE = "schedule"
+    DATA = "data pipeline"
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What a method touches.
+
+    Attributes:
+        reads: resources the method reads.
+        writes: resources the method changes.
+        exclusive: resources the method must be the only one to claim, each with a short
+            phrase saying what it does to it (e.g. ``{Resource.LOSS: "interpolates the loss"}``).
+        conflicts: other methods (by class name) this one cannot run with, each with the fix.
+    """
+
+    reads: frozenset[Resource] = frozenset()
+    writes: frozenset[Resource] = frozenset()
+    exclusive: Mapping[Resource, str] = field(default_factory=dict)
+    conflicts: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reads", frozenset(Resource(r) for r in self.reads))
+        object.__setattr__(self, "writes", frozenset(Resource(r) for r in self.writes))
+        exclusive = {Resource(r): what for r, what in dict(self.exclusive).items()}
+        object.__setattr__(self, "exclusive", exclusive)
+        object.__setattr__(self, "writes", self.writes | frozenset(exclusive))
+
+
+class Algorithm(ABC):
+    """Base class for speed-up methods. Subclasses implement `match` and `apply`."""
+
+    events: ClassVar[tuple[Event, ...]] = ()
+    order: ClassVar[int] = 0
+
+    @abstractmethod
+    def match(self, event: Event, state: State) -> bool:
+        """Return True to run `apply` on this event."""
+
+    @abstractmethod
+    def apply(self, event: Event, state: State, logger: Logger) -> None:
+        """Change the state. Called only when `match` returned True."""
+
+    def effects(self) -> Effects:
+        """What this method reads and writes. Override; the default declares nothing."""
+        return Effects()
+
+    @property
+    def find_unused_parameters(self) -> bool:
+        """True if the method leaves some parameters without gradients in a step (DDP must know)."""
+        return False
+
+    @property
+    def backwards_create_graph(self) -> bool:
+        """True if the method needs ``loss.backward(create_graph=True)`` (higher-order gradients)."""
+        return False
+
+    @staticmethod
+    def required_on_load() -> bool:
+        """True for methods (model surgery) that must run before a checkpoint can be loaded."""
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: generator states, counters, schedules.
+
+        Values must be plain Python data or tensors (checkpoints load with ``weights_only=True``).
+        """
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

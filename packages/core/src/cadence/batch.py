@@ -1,0 +1,137 @@
+"""Format-agnostic access to batches: tuples/lists ``(input, target)``, dicts, or custom objects.
+
+A *key* is an int (tuple/list position), a str (dict key), or a ``(getter, setter)`` pair of
+callables for any other batch type. Setting never mutates the user's batch in place:
+it returns a new batch (tuples are rebuilt, dicts are shallow-copied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Union
+
+import torch
+
+__all__ = [
+    "BatchKey",
+    "batch_get_item",
+    "batch_set_item",
+    "batch_num_samples",
+    "batch_num_tokens",
+    "batch_to_device",
+    "split_batch",
+]
+
+BatchKey = Union[int, str, tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]]
+
+
+def _is_getter_setter(key: Any) -> bool:
+    return isinstance(key, tuple) and len(key) == 2 and all(callable(k) for k in key)
+
+
+def batch_get_item(batch: Any, key: BatchKey) -> Any:
+    if _is_getter_setter(key):
+        return key[0](batch)
+    try:
+        return batch[key]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise KeyError(
+            f"cannot read key {key!r} from a batch of type {type(batch).__name__}: {exc}. "
+            "Pass input_key/target_key matching your batch (an int for tuples, a str for dicts, "
+            "or a (getter, setter) pair)."
+        ) from None
+
+
+def batch_set_item(batch: Any, key: BatchKey, value: Any) -> Any:
+    """Return a copy of `batch` with `key` set to `value`."""
+    if _is_getter_setter(key):
+        return key[1](batch, value)
+    if isinstance(batch, Mapping):
+        if not isinstance(key, str):
+            raise KeyError(f"dict batches take str keys, got {key!r}")
+        new = dict(batch)
+        new[key] = value
+        return new
+    if isinstance(batch, (tuple, list)):
+        if not isinstance(key, int):
+            raise KeyError(f"tuple/list batches take int keys, got {key!r}")
+        items = list(batch)
+        items[key] = value
+        return type(batch)(items) if isinstance(batch, list) else tuple(items)
+    raise TypeError(
+        f"cannot set key {key!r} on a batch of type {type(batch).__name__}; pass a (getter, setter) pair"
+    )
+
+
+def _first_tensor(batch: Any) -> torch.Tensor | None:
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, Mapping):
+        values: Sequence[Any] = list(batch.values())
+    elif isinstance(batch, (tuple, list)):
+        values = batch
+    else:
+        return None
+    for value in values:
+        found = _first_tensor(value)
+        if found is not None:
+            return found
+    return None
+
+
+def batch_num_samples(batch: Any) -> int:
+    """The number of samples: the leading dimension of the first tensor in the batch."""
+    tensor = _first_tensor(batch)
+    if tensor is None or tensor.ndim == 0:
+        raise TypeError(
+            f"cannot tell the number of samples in a batch of type {type(batch).__name__}; "
+            "batches must contain at least one tensor with a batch dimension"
+        )
+    return int(tensor.shape[0])
+
+
+def batch_num_tokens(batch: Any) -> int:
+    """Tokens in a language-model batch (``input_ids.numel()``), else 0. Reads shapes only: no sync."""
+    if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
+        return int(batch["input_ids"].numel())
+    return 0
+
+
+def batch_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    if isinstance(batch, torch.Tensor):
+        if batch.device == device:
+            return batch
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        return {k: batch_to_device(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(batch_to_device(v, device, non_blocking) for v in batch)
+    if isinstance(batch, list):
+        return [batch_to_device(v, device, non_blocking) for v in batch]
+    return batch
+
+
+def split_batch(batch: Any, microbatch_size: int) -> list[Any]:
+    """Split every tensor with the batch's leading dimension into chunks of `microbatch_size`.
+
+    Tensors whose leading dimension differs (and non-tensors) are shared by all microbatches.
+    """
+    num_samples = batch_num_samples(batch)
+    if microbatch_size >= num_samples:
+        return [batch]
+    num_chunks = -(-num_samples // microbatch_size)
+    return [_chunk(batch, num_samples, microbatch_size, i) for i in range(num_chunks)]
+
+
+def _chunk(batch: Any, num_samples: int, size: int, index: int) -> Any:
+    if isinstance(batch, torch.Tensor):
+        if batch.ndim > 0 and batch.shape[0] == num_samples:
+            return batch[index * size : (index + 1) * size]
+        return batch
+    if isinstance(batch, Mapping):
+        return {k: _chunk(v, num_samples, size, index) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_chunk(v, num_samples, size, index) for v in batch)
+    if isinstance(batch, list):
+        return [_chunk(v, num_samples, size, index) for v in batch]
+    return batch

@@ -1,0 +1,191 @@
+"""Data loading that can resume mid-epoch exactly and shard across ranks.
+
+The trainer rebuilds a standard `DataLoader` around `ResumableSampler`: the order of each
+epoch is a pure function of ``(seed, epoch)``, every rank takes a strided slice of the
+same global order (so N ranks with batch B/N see what one rank with batch B sees), and a
+resumed run skips the samples already trained on in O(1) instead of iterating over them.
+The loader also gets its own ``torch.Generator``, so starting an epoch never draws from
+the global RNG (which would shift every later random number on resume).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data.distributed import DistributedSampler
+
+__all__ = ["ResumableSampler", "LoaderPlan", "prepare_loader"]
+
+
+class ResumableSampler(Sampler[int]):
+    """Indices of one rank for one epoch, optionally starting part-way through it.
+
+    Args:
+        num_samples: length of the dataset.
+        shuffle: draw a fresh permutation per epoch from ``(seed, epoch)``.
+        seed: the same on every rank, so ranks agree on the global order.
+        rank, world_size: this rank takes positions ``rank, rank + world_size, ...``.
+        pad: repeat the first indices so every rank gets the same count (training needs
+            equal step counts on all ranks); evaluation leaves it off so no sample counts twice.
+    """
+
+    def __init__(
+        self,
+        num_samples: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        pad: bool = True,
+    ):
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+        self.num_samples = num_samples
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.pad = pad
+        self.epoch = 0
+        self.start = 0  # samples of this rank's epoch already consumed
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        self.epoch = epoch
+        self.start = start
+
+    def _rank_length(self) -> int:
+        if self.pad:
+            return -(-self.num_samples // self.world_size)
+        return len(range(self.rank, self.num_samples, self.world_size))
+
+    def __iter__(self) -> Iterator[int]:
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.num_samples, generator=generator)
+        else:
+            order = torch.arange(self.num_samples)
+        if self.pad and self.world_size > 1:
+            missing = self._rank_length() * self.world_size - self.num_samples
+            if missing:
+                order = torch.cat([order, order[:missing]])
+        mine = order[self.rank :: self.world_size][self.start :]
+        return iter(mine.tolist())
+
+    def __len__(self) -> int:
+        return max(self._rank_length() - self.start, 0)
+
+
+def _shuffle_of(loader: DataLoader) -> bool | None:
+    """Whether the user's loader shuffles, or None when its sampler is custom."""
+    sampler = loader.sampler
+    if isinstance(sampler, RandomSampler):
+        if sampler.replacement or sampler._num_samples is not None:
+            return None
+        return True
+    if isinstance(sampler, SequentialSampler):
+        return False
+    if isinstance(sampler, DistributedSampler):
+        return sampler.shuffle
+    return None
+
+
+def _rebuild(loader: DataLoader, sampler: Sampler[int]) -> DataLoader:
+    accepted = inspect.signature(DataLoader.__init__).parameters
+    kwargs: dict[str, Any] = {
+        "batch_size": loader.batch_size,
+        "sampler": sampler,
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "drop_last": loader.drop_last,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": torch.Generator(),
+        "persistent_workers": loader.persistent_workers,
+    }
+    if loader.num_workers > 0:
+        kwargs["prefetch_factor"] = loader.prefetch_factor
+    for optional in ("in_order",):
+        value = getattr(loader, optional, None)
+        if optional in accepted and value not in (None, ""):
+            kwargs[optional] = value
+    return DataLoader(loader.dataset, **kwargs)
+
+
+class LoaderPlan:
+    """A prepared loader: ``epoch(e, skip_batches)`` yields the batches of epoch `e`."""
+
+    def __init__(self, loader: Iterable[Any], sampler: ResumableSampler | None, seed: int):
+        self.loader = loader
+        self.sampler = sampler
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    @property
+    def has_length(self) -> bool:
+        try:
+            len(self.loader)  # type: ignore[arg-type]
+        except TypeError:
+            return False
+        return True
+
+    @property
+    def batch_size(self) -> int | None:
+        return getattr(self.loader, "batch_size", None)
+
+    def epoch(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
+        if isinstance(self.loader, DataLoader) and isinstance(self.loader.generator, torch.Generator):
+            self.loader.generator.manual_seed(self.seed * 1_000_003 + epoch)
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch, start=skip_batches * (self.batch_size or 1))
+            return iter(self.loader)
+        sampler = getattr(self.loader, "sampler", None)
+        if isinstance(sampler, DistributedSampler):
+            sampler.set_epoch(epoch)
+        iterator = iter(self.loader)
+        return itertools.islice(iterator, skip_batches, None) if skip_batches else iterator
+
+
+def prepare_loader(
+    loader: Iterable[Any], *, seed: int, rank: int, world_size: int, train: bool
+) -> LoaderPlan:
+    """Take over a user's loader: rebuild standard DataLoaders around `ResumableSampler`.
+
+    Loaders cadence cannot rebuild (iterable datasets, custom samplers, plain iterables)
+    are used as they are; resuming then re-reads the skipped batches, and with several
+    ranks their sharding is the user's responsibility.
+    """
+    if isinstance(loader, DataLoader):
+        shuffle = _shuffle_of(loader)
+        rebuildable = (
+            shuffle is not None
+            and loader.batch_size is not None
+            and not isinstance(loader.dataset, IterableDataset)
+        )
+        if rebuildable:
+            sampler = ResumableSampler(
+                len(loader.dataset),  # type: ignore[arg-type]
+                shuffle=bool(shuffle) and train,
+                seed=seed,
+                rank=rank,
+                world_size=world_size,
+                pad=train,
+            )
+            return LoaderPlan(_rebuild(loader, sampler), sampler, seed)
+        if world_size > 1 and not isinstance(loader.sampler, DistributedSampler):
+            warnings.warn(
+                "this DataLoader has a custom sampler or an iterable dataset, so cadence cannot shard it "
+                "across ranks; every rank will read the same data unless the sampler shards it",
+                stacklevel=3,
+            )
+    return LoaderPlan(loader, None, seed)

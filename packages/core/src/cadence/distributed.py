@@ -1,0 +1,73 @@
+"""Process-group helpers for runs launched with ``torchrun`` (one process per device).
+
+cadence has no launcher of its own: ``torchrun --nproc_per_node N train.py`` sets
+``RANK``/``WORLD_SIZE``/``MASTER_ADDR``, and the trainer joins the group it describes.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "all_gather_object",
+    "barrier",
+    "broadcast_object",
+    "get_rank",
+    "get_world_size",
+    "initialize_from_environment",
+]
+
+
+def get_rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def initialize_from_environment(device: torch.device, timeout_s: float = 300.0) -> tuple[int, int]:
+    """Join the process group described by torchrun's variables; return ``(rank, world_size)``.
+
+    gloo on CPU, NCCL on CUDA. Does nothing outside torchrun or when already initialised.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size > 1 and dist.is_available() and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    return get_rank(), get_world_size()
+
+
+def local_device(device: torch.device) -> torch.device:
+    """On CUDA under torchrun, each process owns the GPU numbered by its local rank."""
+    if device.type == "cuda" and device.index is None and get_world_size() > 1:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    if get_world_size() == 1:
+        return [obj]
+    gathered: list[Any] = [None] * get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    if get_world_size() == 1:
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=src)
+    return holder[0]
+
+
+def barrier() -> None:
+    if get_world_size() > 1:
+        dist.barrier()

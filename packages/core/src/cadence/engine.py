@@ -1,0 +1,146 @@
+"""`Engine`: runs the matched methods, then the callbacks, on each event.
+
+Dispatch lists are computed once per event (methods filtered by their declared ``events``
+and sorted by ``order``), so the per-batch cost of an idle method is one ``match`` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import combinations
+
+from cadence.algorithm import Algorithm
+from cadence.callback import Callback
+from cadence.event import Event
+from cadence.loggers.logger import Logger
+from cadence.state import State
+
+__all__ = ["Engine", "MethodConflictError", "MethodError", "check_composition"]
+
+
+class MethodError(RuntimeError):
+    """An exception raised inside a method or callback, re-raised with its name and the event."""
+
+    def __init__(self, owner: str, event: Event, error: BaseException):
+        self.owner = owner
+        self.event = event
+        super().__init__(f"{owner} failed on event {event.value!r}: {type(error).__name__}: {error}")
+
+
+class MethodConflictError(ValueError):
+    """Two methods in the same run would corrupt each other's work."""
+
+
+def check_composition(algorithms: Sequence[Algorithm]) -> None:
+    """Reject a list of methods that cannot run together, before anything trains."""
+    for index, algorithm in enumerate(algorithms):
+        if not isinstance(algorithm, Algorithm):
+            raise TypeError(
+                f"algorithms[{index}] is a {type(algorithm).__name__}, not a cadence.Algorithm; "
+                "pass Algorithm instances (e.g. MixUp()), not classes or callbacks"
+            )
+    seen: dict[int, int] = {}
+    for index, algorithm in enumerate(algorithms):
+        if id(algorithm) in seen:
+            raise MethodConflictError(
+                f"the same {algorithm.name} instance is listed twice (positions {seen[id(algorithm)]} and {index}); "
+                "list each method once"
+            )
+        seen[id(algorithm)] = index
+    for first, second in combinations(algorithms, 2):
+        _check_pair(first, second)
+
+
+def _check_pair(first: Algorithm, second: Algorithm) -> None:
+    effects_a, effects_b = first.effects(), second.effects()
+    for a, b, effects in ((first, second, effects_a), (second, first, effects_b)):
+        fix = effects.conflicts.get(b.name)
+        if fix is not None:
+            raise MethodConflictError(f"{a.name} and {b.name} cannot be used together. Fix: {fix}")
+    for resource in effects_a.exclusive.keys() & effects_b.exclusive.keys():
+        what_a, what_b = effects_a.exclusive[resource], effects_b.exclusive[resource]
+        raise MethodConflictError(
+            f"{first.name} and {second.name} cannot be used together: {first.name} {what_a} and "
+            f"{second.name} {what_b}, and only one method may own the {resource.value}. "
+            f"Fix: drop one of them, or configure one of them to leave the {resource.value} alone."
+        )
+
+
+class Engine:
+    """Runs methods and callbacks on events.
+
+    ``Engine(state, algorithms=[...])`` also drives a hand-written loop:
+    ``engine.run_event("after_dataloader")`` accepts event names as strings.
+    """
+
+    def __init__(
+        self,
+        state: State,
+        algorithms: Sequence[Algorithm] | None = None,
+        callbacks: Sequence[Callback] | None = None,
+        logger: Logger | None = None,
+    ):
+        self.state = state
+        if algorithms is not None:
+            state.algorithms = list(algorithms)
+        if callbacks is not None:
+            state.callbacks = list(callbacks)
+        check_composition(state.algorithms)
+        self.logger = logger if logger is not None else Logger(state)
+        self._algorithm_plan: dict[Event, list[Algorithm]] = {}
+        self._callback_plan: dict[Event, list[Callback]] = {}
+        self._plan_key: tuple[int, ...] = ()
+
+    # Planning ---------------------------------------------------------------------
+    def _refresh_plan(self) -> None:
+        key = tuple(map(id, self.state.algorithms)) + (-1,) + tuple(map(id, self.state.callbacks))
+        if key == self._plan_key:
+            return
+        ranked = sorted(self.state.algorithms, key=lambda algorithm: algorithm.order)  # stable
+        for event in Event:
+            candidates = [a for a in ranked if not a.events or event in a.events]
+            self._algorithm_plan[event] = candidates[::-1] if event.is_after_event else candidates
+            self._callback_plan[event] = [c for c in self.state.callbacks if c.handles(event)]
+        self._plan_key = key
+
+    def plan(self, event: Event | str) -> list[Algorithm]:
+        """The methods that may run on `event`, in the order they would run."""
+        self._refresh_plan()
+        return list(self._algorithm_plan[Event(event)])
+
+    def describe(self) -> str:
+        """A printable table of which method may run on which event, in order."""
+        self._refresh_plan()
+        lines = ["event                 methods (in run order) | callbacks"]
+        for event in Event:
+            methods = [
+                a.name if a.events else f"{a.name}(match decides)" for a in self._algorithm_plan[event]
+            ]
+            callbacks = [type(c).__name__ for c in self._callback_plan[event]]
+            if methods or callbacks:
+                lines.append(f"{event.value:<21} {', '.join(methods) or '-'} | {', '.join(callbacks) or '-'}")
+        if len(lines) == 1:
+            lines.append("(no methods or callbacks)")
+        return "\n".join(lines)
+
+    # Running ----------------------------------------------------------------------
+    def run_event(self, event: Event | str) -> None:
+        event = Event(event)
+        self._refresh_plan()
+        state, logger = self.state, self.logger
+        for algorithm in self._algorithm_plan[event]:
+            if algorithm.match(event, state):
+                try:
+                    algorithm.apply(event, state, logger)
+                except Exception as error:
+                    raise MethodError(algorithm.name, event, error) from error
+        for callback in self._callback_plan[event]:
+            try:
+                callback.run_event(event, state, logger)
+            except Exception as error:
+                raise MethodError(type(callback).__name__, event, error) from error
+
+    def close(self) -> None:
+        """Give every callback the chance to release resources (idempotent)."""
+        for callback in self.state.callbacks:
+            callback.close(self.state, self.logger)

@@ -1,0 +1,17 @@
+"""Loggers: the `Logger` facade and its destinations (in-memory, console, MLflow)."""
+
+from typing import Any
+
+from cadence.loggers.console import ConsoleLogger
+from cadence.loggers.in_memory import InMemoryLogger
+from cadence.loggers.logger import Logger, LoggerDestination
+
+__all__ = ["ConsoleLogger", "InMemoryLogger", "Logger", "LoggerDestination", "MLFlowLogger"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MLFlowLogger":  # imported lazily: mlflow is an optional dependency
+        from cadence.loggers.mlflow import MLFlowLogger
+
+        return MLFlowLogger
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

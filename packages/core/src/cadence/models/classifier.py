@@ -1,0 +1,98 @@
+"""`Classifier`: wraps an image (or any) classification module into a `Model`."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import Metric
+from torchmetrics.aggregation import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from cadence.models.base import Model
+
+__all__ = ["Classifier", "CrossEntropy", "soft_cross_entropy"]
+
+
+def soft_cross_entropy(
+    input: torch.Tensor, target: torch.Tensor, reduction: str = "mean", **kwargs: Any
+) -> torch.Tensor:
+    """Cross-entropy for class indices *or* dense targets (one-hot, smoothed, mixed).
+
+    Dense targets must have the logits' shape; methods such as MixUp and label smoothing
+    produce them.
+    """
+    if target.is_floating_point() and target.shape != input.shape:
+        raise ValueError(
+            f"dense targets must have the logits' shape {tuple(input.shape)}, got {tuple(target.shape)}"
+        )
+    return F.cross_entropy(input, target, reduction=reduction, **kwargs)
+
+
+class CrossEntropy(MeanMetric):
+    """Mean cross-entropy over every sample seen (exact across batches and ranks)."""
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:  # type: ignore[override]
+        super().update(soft_cross_entropy(preds, target, reduction="none"))
+
+
+class Classifier(Model):
+    """``Classifier(module, num_classes)``: batches are ``(input, target)`` pairs.
+
+    Args:
+        module: maps inputs to logits.
+        num_classes: taken from ``module.num_classes`` when omitted.
+        train_metrics, val_metrics: metrics by name; default accuracy (and cross-entropy on eval).
+        loss_fn: ``loss_fn(logits, target, **kwargs)``; the default accepts dense targets.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        num_classes: int | None = None,
+        train_metrics: Mapping[str, Metric] | None = None,
+        val_metrics: Mapping[str, Metric] | None = None,
+        loss_fn: Callable[..., torch.Tensor] = soft_cross_entropy,
+    ):
+        super().__init__()
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        num_classes = num_classes if num_classes is not None else getattr(module, "num_classes", None)
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(
+                f"num_classes={num_classes!r}: pass an int >= 2 (it could not be read from module.num_classes)"
+            )
+        self.module = module
+        self.num_classes = num_classes
+        self.loss_fn = loss_fn
+        self._train_metrics = dict(train_metrics) if train_metrics is not None else None
+        self._val_metrics = dict(val_metrics) if val_metrics is not None else None
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        inputs, _ = batch
+        return self.module(inputs)
+
+    def loss(self, outputs: torch.Tensor, batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        _, targets = batch
+        return self.loss_fn(outputs, targets, *args, **kwargs)
+
+    def get_metrics(self, is_train: bool = False) -> dict[str, Metric]:
+        chosen = self._train_metrics if is_train else self._val_metrics
+        if chosen is not None:
+            return {name: copy.deepcopy(metric) for name, metric in chosen.items()}
+        metrics: dict[str, Metric] = {
+            "MulticlassAccuracy": MulticlassAccuracy(num_classes=self.num_classes, average="micro")
+        }
+        if not is_train:
+            metrics["CrossEntropy"] = CrossEntropy()
+        return metrics
+
+    def update_metric(self, batch: Any, outputs: torch.Tensor, metric: Metric) -> None:
+        _, targets = batch
+        if targets.is_floating_point() and targets.shape == outputs.shape and not isinstance(metric, CrossEntropy):
+            targets = targets.argmax(dim=1)  # dense (mixed/smoothed) targets: score against the main class
+        metric.update(outputs.detach(), targets)

@@ -1,0 +1,150 @@
+"""Discovery of installed methods through the entry-point group ``cadence.methods``.
+
+A method package registers itself in exactly one place, its ``pyproject.toml``::
+
+    [project.entry-points."cadence.methods"]
+    mixup = "cadence_mixup:MixUp"
+
+Installing a package makes its method discoverable, never active. The core never imports
+a method by name: `cadence.functional` and `cadence.algorithms` are built from this index.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
+from typing import Any
+
+from cadence.algorithm import Algorithm
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "MethodInfo",
+    "PluginWarning",
+    "RegistryError",
+    "Registry",
+    "registry",
+]
+
+ENTRY_POINT_GROUP = "cadence.methods"
+
+
+class RegistryError(RuntimeError):
+    """Two installed packages claim the same name."""
+
+
+class PluginWarning(UserWarning):
+    """An installed method package could not be loaded; the others still work."""
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    name: str  # registry name, e.g. "mixup"
+    algorithm: type[Algorithm]
+    module: ModuleType  # the package, e.g. cadence_mixup
+    distribution: str  # e.g. "cadence-mixup"
+
+
+@dataclass
+class Registry:
+    methods: dict[str, MethodInfo] = field(default_factory=dict)
+    functions: dict[str, Any] = field(default_factory=dict)  # public non-Algorithm names
+    algorithms: dict[str, type[Algorithm]] = field(default_factory=dict)  # class name -> class
+    broken: dict[str, str] = field(default_factory=dict)  # entry-point name -> reason
+
+    def method(self, name: str) -> MethodInfo:
+        key = name.strip().lower().replace("-", "_")
+        if key in self.methods:
+            return self.methods[key]
+        by_class = {info.algorithm.__name__.lower(): info for info in self.methods.values()}
+        if key.replace("_", "") in by_class:
+            return by_class[key.replace("_", "")]
+        hint = f"; could not load: {', '.join(f'{n} ({r})' for n, r in self.broken.items())}" if self.broken else ""
+        raise KeyError(f"no installed method named {name!r}; installed: {', '.join(sorted(self.methods))}{hint}")
+
+
+def _distribution_name(entry_point: EntryPoint) -> str:
+    dist = getattr(entry_point, "dist", None)
+    return dist.name if dist is not None else "?"
+
+
+def _load(entry_point: EntryPoint) -> tuple[type[Algorithm], ModuleType]:
+    algorithm = entry_point.load()
+    if not (inspect.isclass(algorithm) and issubclass(algorithm, Algorithm)):
+        raise TypeError(f"{entry_point.value} is not a cadence.Algorithm subclass")
+    module = importlib.import_module(entry_point.module)
+    return algorithm, module
+
+
+def _public_names(module: ModuleType) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if names is None:
+        raise TypeError(f"{module.__name__} must define __all__ listing its public names")
+    return list(names)
+
+
+def build_registry() -> Registry:
+    """Load every installed method package. Broken packages are reported, not fatal."""
+    found: dict[str, EntryPoint] = {}
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        previous = found.get(entry_point.name)
+        if previous is not None and previous.value != entry_point.value:
+            raise RegistryError(
+                f"method name {entry_point.name!r} is registered twice: {previous.value} "
+                f"({_distribution_name(previous)}) and {entry_point.value} ({_distribution_name(entry_point)}); "
+                "uninstall one of the two packages"
+            )
+        found[entry_point.name] = entry_point
+
+    registry = Registry()
+    owners: dict[str, str] = {}
+    for name in sorted(found):
+        entry_point = found[name]
+        try:
+            algorithm, module = _load(entry_point)
+            public = {n: getattr(module, n) for n in _public_names(module)}
+        except Exception as error:  # a broken plugin must not take the others down
+            reason = f"{type(error).__name__}: {error}"
+            registry.broken[name] = reason
+            warnings.warn(
+                f"cadence could not load method {name!r} from {entry_point.value}: {reason}",
+                PluginWarning,
+                stacklevel=2,
+            )
+            continue
+        registry.methods[name] = MethodInfo(name, algorithm, module, _distribution_name(entry_point))
+        for public_name, obj in public.items():
+            if public_name in owners and owners[public_name] != name:
+                raise RegistryError(
+                    f"{public_name!r} is exported by two methods, {owners[public_name]!r} and {name!r}; "
+                    "rename one of them"
+                )
+            owners[public_name] = name
+            if inspect.isclass(obj) and issubclass(obj, Algorithm):
+                registry.algorithms[public_name] = obj
+            else:
+                registry.functions[public_name] = obj
+    return registry
+
+
+@lru_cache(maxsize=1)
+def registry() -> Registry:
+    """The registry of installed methods, built on first use."""
+    return build_registry()
+
+
+def lazy_lookup(kind: str, name: str, module_name: str) -> Any:
+    table = registry().algorithms if kind == "algorithms" else registry().functions
+    if name in table:
+        return table[name]
+    broken = registry().broken
+    hint = f" Packages that failed to load: {', '.join(f'{n} ({r})' for n, r in broken.items())}." if broken else ""
+    raise AttributeError(
+        f"module {module_name!r} has no attribute {name!r}: no installed cadence method provides it.{hint} "
+        f"Available: {', '.join(sorted(table)) or 'none (install a cadence-<method> package)'}"
+    )

@@ -1,0 +1,182 @@
+"""Learning-rate schedules expressed in training time, as in Composer.
+
+A schedule is a callable ``(state, ssr) -> multiplier`` of the base learning rate. It is a
+pure function of ``state.timestamp``, so a resumed run lands on exactly the same rate.
+Times may be given in ``ba``, ``ep`` or ``dur``; ``ssr`` (the trainer's
+``scale_schedule_ratio``) stretches every ``ba``/``ep`` time, and ``dur`` times follow
+the scaled ``max_duration`` by construction.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+from cadence.time import Time, TimeLike
+
+if TYPE_CHECKING:
+    from cadence.state import State
+
+__all__ = [
+    "ConstantScheduler",
+    "CosineAnnealingScheduler",
+    "CosineAnnealingWithWarmupScheduler",
+    "LinearScheduler",
+    "LinearWithWarmupScheduler",
+    "MultiStepScheduler",
+    "MultiStepWithWarmupScheduler",
+    "Scheduler",
+    "StepScheduler",
+    "compile_scheduler",
+]
+
+
+def _time(value: TimeLike, name: str) -> Time:
+    try:
+        return Time.from_input(value, "ba")
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name}={value!r}: {error}") from None
+
+
+def _check_fraction(value: float, name: str) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}={value!r} must be in [0, 1]")
+
+
+class Scheduler(ABC):
+    """A learning-rate multiplier as a function of training time."""
+
+    @abstractmethod
+    def __call__(self, state: State, ssr: float = 1.0) -> float: ...
+
+    @staticmethod
+    def batches(state: State, time: Time, ssr: float) -> float:
+        """`time` in batches, with ba/ep times stretched by `ssr`."""
+        scale = 1.0 if time.unit.value == "dur" else ssr
+        return state.to_batches(time) * scale
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+def _warmup(state: State, t_warmup: Time, ssr: float) -> float | None:
+    """The warm-up multiplier (linear from 0), or None once warm-up is over."""
+    warmup = Scheduler.batches(state, t_warmup, ssr)
+    if warmup > 0 and state.timestamp.batch < warmup:
+        return state.timestamp.batch / warmup
+    return None
+
+
+def _progress(state: State, start: float, end: float) -> float:
+    if end <= start:
+        return 1.0
+    return min(max((state.timestamp.batch - start) / (end - start), 0.0), 1.0)
+
+
+class ConstantScheduler(Scheduler):
+    def __init__(self, alpha: float = 1.0):
+        self.alpha = alpha
+
+    def __call__(self, state: State, ssr: float = 1.0) -> float:
+        return self.alpha
+
+
+class LinearScheduler(Scheduler):
+    """From `alpha_i` to `alpha_f` linearly over `t_max`, then constant."""
+
+    def __init__(self, alpha_i: float = 1.0, alpha_f: float = 0.0, t_max: TimeLike = "1dur"):
+        self.alpha_i, self.alpha_f, self.t_max = alpha_i, alpha_f, _time(t_max, "t_max")
+
+    def __call__(self, state: State, ssr: float = 1.0) -> float:
+        frac = _progress(state, 0.0, self.batches(state, self.t_max, ssr))
+        return self.alpha_i + (self.alpha_f - self.alpha_i) * frac
+
+
+class CosineAnnealingScheduler(Scheduler):
+    """Half a cosine from 1 down to `alpha_f` over `t_max`."""
+
+    def __init__(self, t_max: TimeLike = "1dur", alpha_f: float = 0.0):
+        _check_fraction(alpha_f, "alpha_f")
+        self.t_max, self.alpha_f = _time(t_max, "t_max"), alpha_f
+
+    def __call__(self, state: State, ssr: float = 1.0) -> float:
+        frac = _progress(state, 0.0, self.batches(state, self.t_max, ssr))
+        return self.alpha_f + (1 - self.alpha_f) * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+class StepScheduler(Scheduler):
+    """Multiply by `gamma` every `step_size`."""
+
+    def __init__(self, step_size: TimeLike, gamma: float = 0.1):
+        self.step_size, self.gamma = _time(step_size, "step_size"), gamma
+
+    def __call__(self, state: State, ssr: float = 1.0) -> float:
+        step = self.batches(state, self.step_size, ssr)
+        if step <= 0:
+            raise ValueError(f"step_size={self.step_size} is zero batches long")
+        return self.gamma ** math.floor(state.timestamp.batch / step)
+
+
+class MultiStepScheduler(Scheduler):
+    """Multiply by `gamma` at each milestone."""
+
+    def __init__(self, milestones: Sequence[TimeLike], gamma: float = 0.1):
+        self.milestones = [_time(m, "milestones") for m in milestones]
+        self.gamma = gamma
+
+    def __call__(self, state: State, ssr: float = 1.0) -> float:
+        passed = sum(state.timestamp.batch >= self.batches(state, m, ssr) for m in self.milestones)
+        return self.gamma**passed
+
+
+class LinearWithWarmupScheduler(Scheduler):
+    """Linear warm-up from 0 over `t_warmup`, then linear from `alpha_i` to `alpha_f` until `t_max`."""
+
+    def __init__(self, t_warmup: TimeLike, alpha_i: float = 1.0, alpha_f: float = 0.0, t_max: TimeLike = "1dur"):
+        self.t_warmup, self.t_max = _time(t_warmup, "t_warmup"), _time(t_max, "t_max")
+        self.alpha_i, self.alpha_f = alpha_i, alpha_f
+
+    def __call__(self, state: State, ssr: float = 1.0) -> float:
+        warm = _warmup(state, self.t_warmup, ssr)
+        if warm is not None:
+            return warm * self.alpha_i
+        frac = _progress(state, self.batches(state, self.t_warmup, ssr), self.batches(state, self.t_max, ssr))
+        return self.alpha_i + (self.alpha_f - self.alpha_i) * frac
+
+
+class CosineAnnealingWithWarmupScheduler(Scheduler):
+    """Linear warm-up from 0 over `t_warmup`, then half a cosine down to `alpha_f` at `t_max`."""
+
+    def __init__(self, t_warmup: TimeLike, t_max: TimeLike = "1dur", alpha_f: float = 0.0):
+        _check_fraction(alpha_f, "alpha_f")
+        self.t_warmup, self.t_max, self.alpha_f = _time(t_warmup, "t_warmup"), _time(t_max, "t_max"), alpha_f
+
+    def __call__(self, state: State, ssr: float = 1.0) -> float:
+        warm = _warmup(state, self.t_warmup, ssr)
+        if warm is not None:
+            return warm
+        frac = _progress(state, self.batches(state, self.t_warmup, ssr), self.batches(state, self.t_max, ssr))
+        return self.alpha_f + (1 - self.alpha_f) * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+class MultiStepWithWarmupScheduler(Scheduler):
+    """Linear warm-up from 0 over `t_warmup`, then multiply by `gamma` at each milestone."""
+
+    def __init__(self, t_warmup: TimeLike, milestones: Sequence[TimeLike], gamma: float = 0.1):
+        self.t_warmup = _time(t_warmup, "t_warmup")
+        self.steps = MultiStepScheduler(milestones, gamma)
+
+    def __call__(self, state: State, ssr: float = 1.0) -> float:
+        warm = _warmup(state, self.t_warmup, ssr)
+        return warm if warm is not None else self.steps(state, ssr)
+
+
+def compile_scheduler(scheduler: Scheduler, state: State, optimizer: Optimizer, ssr: float) -> LambdaLR:
+    """A torch scheduler whose every step sets ``lr = base_lr * scheduler(state, ssr)``."""
+    return LambdaLR(optimizer, lambda _: scheduler(state, ssr))

@@ -1,0 +1,266 @@
+"""Conformance checks every method package runs against itself.
+
+A method package subclasses `MethodConformance` in its own tests and says how to build
+its algorithm (and, where it needs them, its functional calls and model)::
+
+    class TestMixUpConformance(MethodConformance):
+        def make_algorithm(self):
+            return MixUp(alpha=0.4)
+
+        def functional_calls(self):
+            return {"mixup_batch": lambda x, y: mixup_batch(x, y)[0]}
+
+pytest then collects every ``test_*`` method below. The checks, all on a tiny CPU model:
+the functional keeps dtype and device (and shape, unless the method resizes); the
+algorithm trains two batches; its ``state_dict`` round-trips through a checkpoint file;
+a run resumed from a mid-epoch checkpoint ends bitwise equal to the uninterrupted run;
+it composes with a no-op method without changing the result; it handles batch sizes 1,
+2, 3 and an odd last batch; it is never matched on an event it did not declare.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from cadence.algorithm import Algorithm, Effects
+from cadence.callback import Callback
+from cadence.engine import check_composition
+from cadence.event import Event
+from cadence.loggers.in_memory import InMemoryLogger
+from cadence.models.classifier import Classifier
+from cadence.state import State
+from cadence.trainer import Trainer
+
+__all__ = [
+    "MethodConformance",
+    "NoOpAlgorithm",
+    "assert_same_tensors",
+    "image_dataset",
+    "tiny_image_classifier",
+]
+
+
+class NoOpAlgorithm(Algorithm):
+    """Matches every event and changes nothing: the neutral element of composition."""
+
+    events = tuple(Event)
+
+    def match(self, event: Event, state: State) -> bool:
+        return True
+
+    def apply(self, event: Event, state: State, logger: Any) -> None:
+        return None
+
+
+class TinyCNN(nn.Module):
+    """conv-BN-ReLU, a strided conv, global pooling, linear: enough structure for every method."""
+
+    def __init__(self, num_classes: int = 4, in_channels: int = 3):
+        super().__init__()
+        self.num_classes = num_classes
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 8, 3, padding=1, bias=False),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+        self.head = nn.Linear(16, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+def tiny_image_classifier(num_classes: int = 4, in_channels: int = 3) -> Classifier:
+    return Classifier(TinyCNN(num_classes, in_channels), num_classes=num_classes)
+
+
+def image_dataset(
+    num_samples: int, num_classes: int = 4, shape: tuple[int, ...] = (3, 32, 32), seed: int = 0
+) -> TensorDataset:
+    """Random images in [0, 1] with integer labels, the same for a given seed."""
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand((num_samples, *shape), generator=generator)
+    labels = torch.randint(0, num_classes, (num_samples,), generator=generator)
+    return TensorDataset(images, labels)
+
+
+def assert_same_tensors(a: Any, b: Any, path: str = "state") -> None:
+    """Bitwise equality of nested containers of tensors and plain values."""
+    if isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a, b):
+            raise AssertionError(f"{path} differs: {a!r} != {b!r}")
+    elif isinstance(a, dict):
+        if not isinstance(b, dict) or set(a) != set(b):
+            raise AssertionError(f"{path} keys differ: {sorted(map(str, a))} != {sorted(map(str, b or {}))}")
+        for key in a:
+            assert_same_tensors(a[key], b[key], f"{path}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        if not isinstance(b, (list, tuple)) or len(a) != len(b):
+            raise AssertionError(f"{path} lengths differ: {a!r} != {b!r}")
+        for index, (x, y) in enumerate(zip(a, b)):
+            assert_same_tensors(x, y, f"{path}[{index}]")
+    elif a != b:
+        raise AssertionError(f"{path} differs: {a!r} != {b!r}")
+
+
+class _EventSpy(Callback):
+    """Asks the algorithm's match on every event it did not declare, and records any yes."""
+
+    def __init__(self, algorithm: Algorithm):
+        self.algorithm = algorithm
+        self.undeclared: set[Event] = set()
+
+    def run_event(self, event: Event, state: State, logger: Any) -> None:
+        if event not in self.algorithm.events and self.algorithm.match(event, state):
+            self.undeclared.add(event)
+
+
+class MethodConformance:
+    """The contract every method meets. Subclass it as ``Test<Method>Conformance``."""
+
+    num_classes: int = 4
+    image_shape: tuple[int, ...] = (3, 32, 32)
+    batch_size: int = 4
+    #: batch sizes the method must handle (it must reject the others when constructed)
+    supported_batch_sizes: tuple[int, ...] = (1, 2, 3)
+    #: False for methods whose functional changes the spatial size (resizing, row/column drops)
+    functional_preserves_shape: bool = True
+    functional_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+
+    # What the package provides ---------------------------------------------------------
+    def make_algorithm(self) -> Algorithm:
+        raise NotImplementedError(f"{type(self).__name__} must implement make_algorithm()")
+
+    def functional_calls(self) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+        """Functional entry points as ``fn(images, labels) -> images``."""
+        return {}
+
+    def make_model(self) -> nn.Module:
+        return tiny_image_classifier(self.num_classes, self.image_shape[0])
+
+    def make_dataset(self, num_samples: int, seed: int = 0) -> TensorDataset:
+        return image_dataset(num_samples, self.num_classes, self.image_shape, seed)
+
+    # Helpers --------------------------------------------------------------------------
+    def _trainer(self, algorithms: list[Algorithm], *, num_samples: int = 16, batch_size: int | None = None,
+                 max_duration: str = "2ba", **kwargs: Any) -> Trainer:
+        torch.manual_seed(0)
+        model = self.make_model()
+        loader = DataLoader(self.make_dataset(num_samples), batch_size=batch_size or self.batch_size, shuffle=True)
+        return Trainer(
+            model=model,
+            train_dataloader=loader,
+            max_duration=max_duration,
+            optimizers=torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+            algorithms=algorithms,
+            seed=17,
+            device="cpu",
+            progress_bar=False,
+            **kwargs,
+        )
+
+    @staticmethod
+    def _inputs(dtype: torch.dtype, shape: tuple[int, ...], num_classes: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        generator = torch.Generator().manual_seed(1)
+        images = torch.rand((6, *shape), generator=generator).to(dtype)
+        labels = torch.randint(0, num_classes, (6,), generator=generator)
+        yield images, labels
+
+    # The checks -----------------------------------------------------------------------
+    def test_declarations(self) -> None:
+        algorithm = self.make_algorithm()
+        assert isinstance(algorithm, Algorithm)
+        assert algorithm.events, f"{algorithm.name} must declare the events it runs on (class attribute `events`)"
+        assert all(isinstance(e, Event) for e in algorithm.events)
+        assert isinstance(type(algorithm).order, int)
+        assert isinstance(algorithm.effects(), Effects)
+        assert "0x" not in repr(algorithm), f"repr must show the hyperparameters, got {algorithm!r}"
+
+    def test_functional_keeps_dtype_and_device(self) -> None:
+        for name, call in self.functional_calls().items():
+            for dtype in self.functional_dtypes:
+                for images, labels in self._inputs(dtype, self.image_shape, self.num_classes):
+                    out = call(images.clone(), labels.clone())
+                    assert isinstance(out, torch.Tensor), f"{name} must return a tensor here"
+                    assert out.dtype == images.dtype, f"{name} changed dtype {images.dtype} -> {out.dtype}"
+                    assert out.device == images.device, f"{name} changed device"
+                    if self.functional_preserves_shape:
+                        assert out.shape == images.shape, f"{name} changed shape {images.shape} -> {out.shape}"
+                    else:
+                        assert out.shape[:2] == images.shape[:2], f"{name} changed batch or channel dims"
+
+    def test_trains_two_batches(self) -> None:
+        logger = InMemoryLogger()
+        trainer = self._trainer([self.make_algorithm()], loggers=[logger])
+        before = copy.deepcopy(trainer.state.model.state_dict())
+        trainer.fit()
+        _, losses = logger.get_timeseries("loss/train/total")
+        assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
+        after = trainer.state.model.state_dict()
+        assert any(not torch.equal(before[k], after[k]) for k in before), "training changed no weights"
+
+    def test_state_dict_round_trips(self) -> None:
+        trainer = self._trainer([self.make_algorithm()])
+        trainer.fit()
+        saved = trainer.state.algorithms[0].state_dict()
+        buffer = io.BytesIO()
+        torch.save(saved, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=True)  # checkpoints load this way
+        fresh = self.make_algorithm()
+        fresh.load_state_dict(loaded)
+        assert_same_tensors(saved, fresh.state_dict(), f"{fresh.name}.state_dict()")
+
+    def test_exact_resume_mid_epoch(self) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            whole = self._trainer([self.make_algorithm()], max_duration="6ba",
+                                  save_folder=Path(folder) / "a", save_interval="3ba")
+            whole.fit()
+            resumed = self._trainer([self.make_algorithm()], max_duration="6ba",
+                                    load_path=Path(folder) / "a" / "ep0-ba3.pt")
+            assert resumed.state.timestamp.batch == 3
+            resumed.fit()
+            assert_same_tensors(whole.state.model.state_dict(), resumed.state.model.state_dict(), "model")
+            assert_same_tensors(whole.state.optimizers[0].state_dict(), resumed.state.optimizers[0].state_dict(),
+                                "optimizer")
+            assert_same_tensors(whole.state.algorithms[0].state_dict(), resumed.state.algorithms[0].state_dict(),
+                                "algorithm")
+
+    def test_composes_with_noop(self) -> None:
+        check_composition([])
+        check_composition([self.make_algorithm(), NoOpAlgorithm()])
+        alone = self._trainer([self.make_algorithm()])
+        alone.fit()
+        with_noop = self._trainer([NoOpAlgorithm(), self.make_algorithm(), NoOpAlgorithm()])
+        with_noop.fit()
+        assert_same_tensors(alone.state.model.state_dict(), with_noop.state.model.state_dict(), "model")
+
+    def test_batch_sizes_and_odd_last_batch(self) -> None:
+        for batch_size in self.supported_batch_sizes:
+            self._trainer([self.make_algorithm()], num_samples=batch_size, batch_size=batch_size,
+                          max_duration="1ep").fit()
+        # 7 samples in batches of 3: the last batch has 1 sample
+        self._trainer([self.make_algorithm()], num_samples=7, batch_size=3, max_duration="1ep").fit()
+
+    def test_matches_only_declared_events(self) -> None:
+        algorithm = self.make_algorithm()
+        spy = _EventSpy(algorithm)
+        trainer = self._trainer([algorithm], callbacks=[spy], max_duration="1ep",
+                                eval_dataloader=DataLoader(self.make_dataset(4, seed=1), batch_size=2))
+        trainer.fit()
+        assert not spy.undeclared, (
+            f"{algorithm.name}.match returned True on undeclared events {sorted(e.value for e in spy.undeclared)}; "
+            "add them to `events`"
+        )

@@ -1,0 +1,501 @@
+"""`Trainer`: the training loop. Read it top to bottom; every event fires where it happens.
+
+Setup (``__init__``): validate everything, join the process group (torchrun), seed, build
+the `State` and `Engine`, fire INIT (surgery), load a checkpoint between BEFORE_LOAD and
+AFTER_LOAD, then wrap the model in DDP. ``fit()`` runs epochs of batches of microbatches;
+``eval()`` runs the metrics over an evaluation loader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import LRScheduler
+
+from cadence import checkpoint as ckpt
+from cadence import distributed as dist
+from cadence.algorithm import Algorithm
+from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
+from cadence.callback import Callback
+from cadence.data import LoaderPlan, prepare_loader
+from cadence.engine import Engine
+from cadence.event import Event
+from cadence.intervals import IntervalLike, parse_interval
+from cadence.loggers.console import ConsoleLogger
+from cadence.loggers.logger import Logger, LoggerDestination
+from cadence.models.base import total_loss
+from cadence.precision import Precision, autocast_context, make_grad_scaler
+from cadence.schedulers import Scheduler, compile_scheduler
+from cadence.state import State
+from cadence.time import Time, TimeLike, TimeUnit
+
+__all__ = ["Trainer", "seed_all"]
+
+
+def seed_all(seed: int) -> None:
+    """Seed Python, NumPy (when installed) and torch (every device)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    np.random.seed(seed % 2**32)
+
+
+def _parse_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    name = device.type if isinstance(device, torch.device) else str(device).lower()
+    if name in ("gpu", "cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} but CUDA is not available; use device='cpu'")
+        return dist.local_device(torch.device("cuda") if not isinstance(device, torch.device) else device)
+    if name == "cpu":
+        return torch.device("cpu")
+    raise ValueError(f"unknown device={device!r}; use 'cpu' or 'gpu'")
+
+
+def _as_list(value: Any, name: str, kind: type | tuple[type, ...]) -> list[Any]:
+    items = [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+    for index, item in enumerate(items):
+        if not isinstance(item, kind):
+            expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise TypeError(f"{name}[{index}] is a {type(item).__name__}; expected {expected}")
+    return items
+
+
+class Trainer:
+    """Trains a `Model` with a list of speed-up methods.
+
+    Args:
+        model: a `cadence.Model` (``forward(batch)``, ``loss(outputs, batch)``).
+        train_dataloader: yields batches; standard DataLoaders are rebuilt for exact resume and sharding.
+        max_duration: ``"10ep"``, ``"500ba"``, ``"3e4sp"``, ``Time`` or an int (epochs).
+        optimizers: a torch optimizer built on ``model.parameters()``.
+        schedulers: cadence schedulers (stepped every batch) or torch ``LRScheduler``s (every epoch).
+        algorithms: the methods to apply. callbacks, loggers: observers and log destinations.
+        eval_dataloader, eval_interval: what to evaluate and when (``"1ep"``, ``"100ba"``, 0 = never).
+        device: ``"cpu"`` or ``"gpu"`` (default: GPU when CUDA is available).
+        precision: ``"fp32"``, ``"amp_bf16"`` or ``"amp_fp16"`` (default bf16 on GPUs that have it).
+        device_train_microbatch_size: split each batch into microbatches of this size (gradient accumulation).
+        save_folder, save_interval, save_num_checkpoints_to_keep: checkpointing (-1 keeps all).
+        load_path: a checkpoint to start from. autoresume: continue from ``save_folder``'s latest checkpoint.
+        seed: the root seed (random when None; every rank uses ``seed + rank``).
+        deterministic_mode: ask torch for deterministic kernels.
+        scale_schedule_ratio: stretch (>1) or shrink (<1) the run and every schedule.
+        run_name, progress_bar, compute_train_metrics: presentation.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        train_dataloader: Iterable[Any] | None = None,
+        max_duration: TimeLike | None = None,
+        optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+        schedulers: Any = None,
+        algorithms: Sequence[Algorithm] | None = None,
+        callbacks: Sequence[Callback] | None = None,
+        loggers: Sequence[LoggerDestination] | None = None,
+        eval_dataloader: Iterable[Any] | None = None,
+        eval_interval: IntervalLike = 1,
+        device: str | torch.device | None = None,
+        precision: str | Precision | None = None,
+        device_train_microbatch_size: int | None = None,
+        save_folder: str | Path | None = None,
+        save_interval: IntervalLike = "1ep",
+        save_num_checkpoints_to_keep: int = -1,
+        load_path: str | Path | None = None,
+        autoresume: bool = False,
+        seed: int | None = None,
+        deterministic_mode: bool = False,
+        scale_schedule_ratio: float = 1.0,
+        run_name: str | None = None,
+        progress_bar: bool = True,
+        compute_train_metrics: bool = False,
+    ):
+        # Validate everything before any work is done ------------------------------------
+        if not isinstance(model, nn.Module) or not callable(getattr(model, "loss", None)):
+            raise TypeError(
+                f"model must be a cadence.Model with forward(batch) and loss(outputs, batch), got "
+                f"{type(model).__name__}; wrap a classification module in cadence.Classifier(module, num_classes)"
+            )
+        device_ = _parse_device(device)
+        precision_ = Precision.parse(precision, device_)
+        if max_duration is not None:
+            max_duration = Time.from_input(max_duration, TimeUnit.EPOCH)
+            if max_duration.unit is TimeUnit.DURATION or max_duration.value <= 0:
+                raise ValueError(f"max_duration={max_duration} must be a positive amount of ep, ba, sp or tok")
+        if not isinstance(scale_schedule_ratio, (int, float)) or not scale_schedule_ratio > 0:
+            raise ValueError(f"scale_schedule_ratio={scale_schedule_ratio!r} must be a number > 0")
+        if device_train_microbatch_size is not None:
+            if not isinstance(device_train_microbatch_size, int) or device_train_microbatch_size < 1:
+                raise ValueError(f"device_train_microbatch_size={device_train_microbatch_size!r} must be an int >= 1")
+            batch_size = getattr(train_dataloader, "batch_size", None)
+            if batch_size is not None and device_train_microbatch_size > batch_size:
+                raise ValueError(
+                    f"device_train_microbatch_size={device_train_microbatch_size} is larger than the batch size "
+                    f"{batch_size}; use at most {batch_size} (or leave it None for one microbatch per batch)"
+                )
+        optimizers_ = _as_list(optimizers, "optimizers", torch.optim.Optimizer)
+        schedulers_ = _as_list(schedulers, "schedulers", (Scheduler, LRScheduler))
+        if scale_schedule_ratio != 1.0 and any(isinstance(s, LRScheduler) for s in schedulers_):
+            raise ValueError("scale_schedule_ratio cannot rescale torch LRSchedulers; use cadence.schedulers instead")
+        algorithms_ = list(algorithms or [])
+        callbacks_ = _as_list(callbacks, "callbacks", Callback)
+        loggers_ = _as_list(loggers, "loggers", LoggerDestination)
+        self._eval_interval = parse_interval(eval_interval, "eval_interval")
+        self._save_interval = parse_interval(save_interval, "save_interval")
+        if not isinstance(save_num_checkpoints_to_keep, int) or save_num_checkpoints_to_keep == 0:
+            raise ValueError(f"save_num_checkpoints_to_keep={save_num_checkpoints_to_keep!r}: use -1 (all) or >= 1")
+        if autoresume and save_folder is None:
+            raise ValueError("autoresume=True needs save_folder, where the checkpoints to resume from are written")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise ValueError(f"seed={seed!r} must be a non-negative int or None")
+        self.save_folder = Path(save_folder) if save_folder is not None else None
+        self.save_num_checkpoints_to_keep = save_num_checkpoints_to_keep
+        self.ssr = float(scale_schedule_ratio)
+        self.compute_train_metrics = compute_train_metrics
+
+        # Environment: process group, seeds, determinism ---------------------------------
+        rank, world_size = dist.initialize_from_environment(device_)
+        if seed is None:
+            seed = dist.broadcast_object(int(time.time_ns() % 2**31))
+        seed_all(seed + rank)
+        if deterministic_mode:
+            torch.use_deterministic_algorithms(True)
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
+        run_name = run_name or dist.broadcast_object(time.strftime("run-%Y%m%d-%H%M%S"))
+
+        # State, loaders, engine ------------------------------------------------------------
+        model.to(device_)
+        self._train_plan: LoaderPlan | None = None
+        if train_dataloader is not None:
+            self._train_plan = prepare_loader(train_dataloader, seed=seed, rank=rank, world_size=world_size, train=True)
+        self._eval_plan = self._prepare_eval(eval_dataloader, seed, rank, world_size)
+        if max_duration is not None and self.ssr != 1.0:
+            max_duration = max_duration * self.ssr
+        if rank != 0:  # only rank 0 logs
+            loggers_ = []
+        elif progress_bar and not any(isinstance(d, ConsoleLogger) for d in loggers_):
+            loggers_.append(ConsoleLogger())
+        self.state = State(
+            model=model,
+            max_duration=max_duration,
+            rank_zero_seed=seed,
+            dataloader=self._train_plan.loader if self._train_plan else None,
+            dataloader_len=len(self._train_plan) if self._train_plan and self._train_plan.has_length else None,
+            optimizers=optimizers_,
+            algorithms=algorithms_,
+            callbacks=[*callbacks_, *loggers_],
+            device=device_,
+            precision=precision_,
+            device_train_microbatch_size=device_train_microbatch_size,
+            rank=rank,
+            world_size=world_size,
+            run_name=run_name,
+        )
+        self.state.scaler = make_grad_scaler(precision_, device_)
+        self.logger = Logger(self.state, loggers_)
+        self.engine = Engine(self.state, logger=self.logger)  # rejects conflicting methods
+
+        # INIT (surgery), then metrics and schedulers on the final model ---------------------
+        self.engine.run_event(Event.INIT)
+        model = self.state.model
+        self.state.train_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=True).items()}
+        self.state.eval_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=False).items()}
+        self._schedulers = self._compile_schedulers(schedulers_)
+
+        # Load a checkpoint between BEFORE_LOAD and AFTER_LOAD; restore RNG last ---------------
+        self.engine.run_event(Event.BEFORE_LOAD)
+        resume_from = self._checkpoint_to_load(load_path, autoresume)
+        if resume_from is not None:
+            self._load(resume_from)
+        self.engine.run_event(Event.AFTER_LOAD)
+
+        # Distributed wrapper (after surgery and loading: DDP broadcasts rank 0's weights) -----
+        self._forward_module: nn.Module = model
+        if world_size > 1:
+            find_unused = any(a.find_unused_parameters for a in self.state.algorithms)
+            self._forward_module = DistributedDataParallel(
+                model,
+                device_ids=[device_.index] if device_.type == "cuda" else None,
+                find_unused_parameters=find_unused,
+            )
+        self._create_graph = any(a.backwards_create_graph for a in self.state.algorithms)
+        self._last_eval_batch = -1
+        self._last_save_batch = self.state.timestamp.batch if resume_from is not None else -1
+
+    # Setup helpers ------------------------------------------------------------------------
+    @staticmethod
+    def _prepare_eval(loader: Iterable[Any] | None, seed: int, rank: int, world_size: int) -> LoaderPlan | None:
+        if loader is None:
+            return None
+        return prepare_loader(loader, seed=seed, rank=rank, world_size=world_size, train=False)
+
+    def _compile_schedulers(self, schedulers: list[Any]) -> list[tuple[LRScheduler, bool]]:
+        """(torch scheduler, steps every batch) pairs; cadence schedulers step every batch."""
+        compiled: list[tuple[LRScheduler, bool]] = []
+        for scheduler in schedulers:
+            if isinstance(scheduler, Scheduler):
+                if not self.state.optimizers:
+                    raise ValueError("schedulers need optimizers; pass optimizers=...")
+                for optimizer in self.state.optimizers:
+                    compiled.append((compile_scheduler(scheduler, self.state, optimizer, self.ssr), True))
+            else:
+                compiled.append((scheduler, False))
+        self.state.schedulers = [s for s, _ in compiled]
+        return compiled
+
+    def _checkpoint_to_load(self, load_path: str | Path | None, autoresume: bool) -> Path | None:
+        if self.save_folder is not None:
+            latest = ckpt.find_latest(self.save_folder)
+            if autoresume and latest is not None:
+                return latest
+            if latest is not None and not autoresume and load_path is None:
+                raise ValueError(
+                    f"save_folder={str(self.save_folder)!r} already holds checkpoints; pass autoresume=True to "
+                    "continue that run, or choose an empty folder"
+                )
+        return Path(load_path) if load_path is not None else None
+
+    def _load(self, path: Path) -> None:
+        payload = ckpt.load_checkpoint(path)
+        rng = ckpt.restore_run(self.state, payload, self.state.schedulers)
+        for plan in (self._train_plan, self._eval_plan):
+            if plan is not None:  # the data order follows the seed of the run that wrote the checkpoint
+                plan.seed = self.state.rank_zero_seed
+                if plan.sampler is not None:
+                    plan.sampler.seed = self.state.rank_zero_seed
+        if rng is not None:
+            ckpt.restore_rng(rng)
+        else:
+            warnings.warn(f"the checkpoint has no RNG state for rank {self.state.rank}; reseeding", stacklevel=3)
+            seed_all(self.state.seed)
+
+    # Training -----------------------------------------------------------------------------
+    def fit(self) -> None:
+        state = self.state
+        if self._train_plan is None or state.max_duration is None:
+            raise ValueError("fit() needs train_dataloader and max_duration; pass them to Trainer(...)")
+        if not state.optimizers:
+            raise ValueError("fit() needs optimizers; e.g. optimizers=torch.optim.SGD(model.parameters(), lr=0.1)")
+        state.model.train()
+        self.logger.log_hyperparameters(self._hyperparameters())
+        self.engine.run_event(Event.FIT_START)
+        while not state.is_done():
+            if state.timestamp.batch_in_epoch == 0:
+                self.engine.run_event(Event.EPOCH_START)
+            if self._train_epoch():
+                self._end_epoch()
+        if self._eval_plan is not None and self._eval_interval is not None and self._last_eval_batch != state.timestamp.batch:
+            self._evaluate()
+        if self.save_folder is not None and self._last_save_batch != state.timestamp.batch:
+            self._save()
+        self.engine.run_event(Event.FIT_END)
+        self.logger.flush()
+
+    def _train_epoch(self) -> bool:
+        """Train until the epoch ends (True) or the run is done mid-epoch (False)."""
+        state = self.state
+        assert self._train_plan is not None
+        batches = self._train_plan.epoch(state.timestamp.epoch, skip_batches=state.timestamp.batch_in_epoch)
+        while not (state.dataloader_len and state.timestamp.batch_in_epoch >= state.dataloader_len):
+            self.engine.run_event(Event.BEFORE_DATALOADER)
+            try:
+                batch = next(batches)
+            except StopIteration:
+                if state.timestamp.batch_in_epoch == 0:
+                    raise ValueError("train_dataloader yielded no batches") from None
+                return True
+            state.batch = batch_to_device(batch, state.device)
+            self.engine.run_event(Event.AFTER_DATALOADER)
+            self._train_batch()
+            if state.is_done():
+                return bool(state.dataloader_len) and state.timestamp.batch_in_epoch >= state.dataloader_len
+        return True
+
+    def _train_batch(self) -> None:
+        state = self.state
+        started = time.perf_counter()
+        self.engine.run_event(Event.BATCH_START)
+        num_samples, num_tokens = batch_num_samples(state.batch), batch_num_tokens(state.batch)
+        for optimizer in state.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        self.engine.run_event(Event.BEFORE_TRAIN_BATCH)
+        closure_optimizers = [o for o in state.optimizers if getattr(o, "uses_closure", False)]
+        if closure_optimizers:  # e.g. SAM re-evaluates the loss itself: the whole batch runs in the closure
+            batch = state.batch
+            loss = closure_optimizers[0].step(closure=lambda: self._forward_backward(batch))
+        else:
+            loss = self._forward_backward(state.batch)
+            for optimizer in state.optimizers:
+                if state.scaler is not None:
+                    state.scaler.step(optimizer)
+                else:
+                    optimizer.step()
+        if state.scaler is not None:
+            state.scaler.update()
+        state.timestamp = state.timestamp.to_next_batch(num_samples, num_tokens, time.perf_counter() - started)
+        for scheduler, every_batch in self._schedulers:
+            if every_batch:
+                scheduler.step()
+        self.logger.log_metrics({"loss/train/total": loss, **self._learning_rates()})
+        self.engine.run_event(Event.BATCH_END)
+        self._evaluate_and_save_if_due(Event.BATCH_END, Event.BATCH_CHECKPOINT)
+
+    def _forward_backward(self, batch: Any) -> torch.Tensor:
+        """Forward, loss and backward over the microbatches of `batch`; returns the batch's mean loss."""
+        state = self.state
+        size = state.device_train_microbatch_size
+        microbatches = split_batch(batch, size) if size else [batch]
+        batch_size = batch_num_samples(batch)
+        total = torch.zeros((), device=state.device)
+        for index, microbatch in enumerate(microbatches):
+            is_last = index == len(microbatches) - 1
+            no_sync = getattr(self._forward_module, "no_sync", None)
+            with no_sync() if (no_sync is not None and not is_last) else contextlib.nullcontext():
+                weight = batch_num_samples(microbatch) / batch_size
+                total = total + self._train_microbatch(microbatch, weight)
+        state.batch = batch
+        if state.scaler is not None:
+            for optimizer in state.optimizers:
+                state.scaler.unscale_(optimizer)
+        self.engine.run_event(Event.AFTER_TRAIN_BATCH)
+        return total
+
+    def _train_microbatch(self, microbatch: Any, weight: float) -> torch.Tensor:
+        """One microbatch; its loss is scaled by its share of the batch so gradients add up to the batch mean."""
+        state, engine = self.state, self.engine
+        state.batch = microbatch
+        engine.run_event(Event.BEFORE_FORWARD)
+        with autocast_context(state.precision, state.device):
+            state.outputs = self._forward_module(state.batch)
+        engine.run_event(Event.AFTER_FORWARD)
+        engine.run_event(Event.BEFORE_LOSS)
+        with autocast_context(state.precision, state.device):
+            state.loss = state.model.loss(state.outputs, state.batch)
+        engine.run_event(Event.AFTER_LOSS)
+        engine.run_event(Event.BEFORE_BACKWARD)
+        loss = total_loss(state.loss) * weight
+        (state.scaler.scale(loss) if state.scaler is not None else loss).backward(create_graph=self._create_graph)
+        engine.run_event(Event.AFTER_BACKWARD)
+        if self.compute_train_metrics:
+            for metric in state.train_metrics.values():
+                state.model.update_metric(state.batch, state.outputs, metric)
+        return loss.detach()
+
+    def _end_epoch(self) -> None:
+        state = self.state
+        if self.compute_train_metrics and state.train_metrics:
+            computed = {f"metrics/train/{k}": m.compute() for k, m in state.train_metrics.items()}
+            self.logger.log_metrics(computed)
+            for metric in state.train_metrics.values():
+                metric.reset()
+        state.timestamp = state.timestamp.to_next_epoch()
+        for scheduler, every_batch in self._schedulers:
+            if not every_batch:
+                scheduler.step()
+        self.engine.run_event(Event.EPOCH_END)
+        self._evaluate_and_save_if_due(Event.EPOCH_END, Event.EPOCH_CHECKPOINT)
+
+    def _evaluate_and_save_if_due(self, event: Event, checkpoint_event: Event) -> None:
+        if self._eval_plan is not None and self._eval_interval is not None and self._eval_interval(self.state, event):
+            self._evaluate()
+        if self.save_folder is not None and self._save_interval is not None and self._save_interval(self.state, event):
+            self._save()
+        self.engine.run_event(checkpoint_event)
+
+    def _learning_rates(self) -> dict[str, float]:
+        return {
+            f"lr-{type(opt).__name__}/group{i}": group["lr"]
+            for opt in self.state.optimizers
+            for i, group in enumerate(opt.param_groups)
+        }
+
+    def _hyperparameters(self) -> dict[str, Any]:
+        state = self.state
+        return {
+            "seed": state.rank_zero_seed,
+            "max_duration": str(state.max_duration),
+            "device": str(state.device),
+            "precision": state.precision.value,
+            "device_train_microbatch_size": state.device_train_microbatch_size,
+            "world_size": state.world_size,
+            "scale_schedule_ratio": self.ssr,
+            "algorithms": ", ".join(repr(a) for a in state.algorithms),
+        }
+
+    # Evaluation ---------------------------------------------------------------------------
+    def eval(self, eval_dataloader: Iterable[Any] | None = None) -> dict[str, float]:
+        """Evaluate now (on `eval_dataloader`, or the trainer's); returns ``{metric name: value}``."""
+        if eval_dataloader is not None:
+            state = self.state
+            self._eval_plan = self._prepare_eval(eval_dataloader, state.rank_zero_seed, state.rank, state.world_size)
+        if self._eval_plan is None:
+            raise ValueError("eval() needs an eval_dataloader; pass it here or to Trainer(...)")
+        return self._evaluate()
+
+    @torch.no_grad()
+    def _evaluate(self) -> dict[str, float]:
+        state, engine = self.state, self.engine
+        assert self._eval_plan is not None
+        was_training = state.model.training
+        state.model.eval()
+        for metric in state.eval_metrics.values():
+            metric.reset()
+        engine.run_event(Event.EVAL_START)
+        for batch in self._eval_plan.epoch(0):
+            state.batch = batch_to_device(batch, state.device)
+            engine.run_event(Event.EVAL_BATCH_START)
+            engine.run_event(Event.EVAL_BEFORE_FORWARD)
+            with autocast_context(state.precision, state.device):
+                state.outputs = state.model.eval_forward(state.batch)
+            engine.run_event(Event.EVAL_AFTER_FORWARD)
+            for metric in state.eval_metrics.values():
+                state.model.update_metric(state.batch, state.outputs, metric)
+            engine.run_event(Event.EVAL_BATCH_END)
+        results = {name: float(metric.compute()) for name, metric in state.eval_metrics.items()}
+        self.logger.log_metrics({f"metrics/eval/{name}": value for name, value in results.items()})
+        engine.run_event(Event.EVAL_END)
+        state.model.train(was_training)
+        self._last_eval_batch = state.timestamp.batch
+        return results
+
+    # Checkpoints --------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path | None:
+        """Write a checkpoint of the current state now (rank 0 writes; every rank must call)."""
+        if self.save_folder is None:
+            raise ValueError("save_checkpoint() needs save_folder; pass it to Trainer(...)")
+        return self._save()
+
+    def _save(self) -> Path | None:
+        state = self.state
+        rng = dist.all_gather_object(ckpt.capture_rng())
+        self._last_save_batch = state.timestamp.batch
+        if state.rank != 0:
+            return None
+        assert self.save_folder is not None
+        payload = ckpt.run_payload(state, rng, [s.state_dict() for s in state.schedulers])
+        name = f"ep{state.timestamp.epoch}-ba{state.timestamp.batch}.pt"
+        path = ckpt.save_checkpoint(payload, self.save_folder, name)
+        if self.save_num_checkpoints_to_keep > 0:
+            for old in ckpt.list_checkpoints(self.save_folder)[: -self.save_num_checkpoints_to_keep]:
+                old.unlink(missing_ok=True)
+        return path
+
+    def close(self) -> None:
+        """Flush the loggers and let callbacks release resources (progress bars, tracking runs)."""
+        self.logger.flush()
+        self.engine.close()
