@@ -11,7 +11,16 @@ import hashlib
 
 import torch
 
-__all__ = ["MethodRNG", "derive_seed", "generator_state", "new_generator", "set_generator_state"]
+__all__ = [
+    "MethodRNG",
+    "derive_seed",
+    "generator_state",
+    "new_generator",
+    "sample_beta",
+    "sample_dirichlet",
+    "sample_gamma",
+    "set_generator_state",
+]
 
 
 def derive_seed(root_seed: int, *keys: str | int) -> int:
@@ -85,3 +94,48 @@ class MethodRNG:
             set_generator_state(self._generator, state["state"])
         else:
             self._pending = state["state"]
+
+
+# Seedable distributions -------------------------------------------------------------------
+# torch.distributions cannot take a torch.Generator, so these sample on the generator's
+# device with a fixed number of vectorised rejection rounds: no Python loop over samples,
+# no host synchronisation.
+
+_GAMMA_ROUNDS = 16  # Marsaglia-Tsang accepts >= 95% per round for shape >= 1; 16 rounds fail with p < 1e-20
+
+
+def sample_gamma(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Gamma(concentration, 1) samples, one per element (Marsaglia and Tsang, 2000).
+
+    Shapes below 1 use ``Gamma(a) = Gamma(a + 1) * U ** (1 / a)``.
+    """
+    if not isinstance(concentration, torch.Tensor) or not concentration.is_floating_point():
+        raise TypeError("concentration must be a floating-point tensor")
+    a = concentration
+    boost = a < 1
+    shape = torch.where(boost, a + 1, a)
+    d = shape - 1.0 / 3.0
+    c = torch.rsqrt(9.0 * d)
+    rounds = (_GAMMA_ROUNDS, *a.shape)
+    x = torch.randn(rounds, generator=generator, device=a.device, dtype=a.dtype)
+    u = torch.rand(rounds, generator=generator, device=a.device, dtype=a.dtype)
+    v = (1 + c * x) ** 3
+    accept = (v > 0) & (torch.log(u) < 0.5 * x * x + d - d * v + d * torch.log(v.clamp_min(1e-30)))
+    first = accept.to(torch.uint8).argmax(dim=0, keepdim=True)  # first accepted round (0 if none)
+    sample = d * torch.gather(v, 0, first).squeeze(0)
+    sample = torch.where(accept.any(dim=0), sample, d)  # never reached in practice
+    u_boost = torch.rand(a.shape, generator=generator, device=a.device, dtype=a.dtype)
+    return torch.where(boost, sample * u_boost.clamp_min(1e-30) ** (1.0 / a), sample)
+
+
+def sample_beta(alpha: torch.Tensor, beta: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Beta(alpha, beta) samples, elementwise."""
+    alpha, beta = torch.broadcast_tensors(alpha, beta)
+    both = sample_gamma(torch.stack([alpha, beta]), generator)
+    return both[0] / (both[0] + both[1]).clamp_min(torch.finfo(both.dtype).tiny)
+
+
+def sample_dirichlet(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Dirichlet samples over the last dimension of `concentration`."""
+    gammas = sample_gamma(concentration, generator)
+    return gammas / gammas.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(gammas.dtype).tiny)
