@@ -113,7 +113,7 @@ def list_checkpoints(folder: str | Path) -> list[Path]:
     for path in Path(folder).glob("ep*-ba*.pt"):
         match = _NAME.match(path.name)
         if match:
-            found.append((int(match.group(2)), path))
+            found.append(((int(match.group(2)), int(match.group(1))), path))
     return [path for _, path in sorted(found)]
 
 

@@ -127,17 +127,19 @@ class LoaderPlan:
         self.loader = loader
         self.sampler = sampler
         self.seed = seed
+        try:  # the length of a whole epoch (the sampler's own length shrinks on a mid-epoch resume)
+            self._length: int | None = len(loader)  # type: ignore[arg-type]
+        except TypeError:
+            self._length = None
 
     def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
+        if self._length is None:
+            raise TypeError(f"the loader ({type(self.loader).__name__}) has no length")
+        return self._length
 
     @property
     def has_length(self) -> bool:
-        try:
-            len(self.loader)  # type: ignore[arg-type]
-        except TypeError:
-            return False
-        return True
+        return self._length is not None
 
     @property
     def batch_size(self) -> int | None:

@@ -34,10 +34,12 @@ class MethodConflictError(ValueError):
 def check_composition(algorithms: Sequence[Algorithm]) -> None:
     """Reject a list of methods that cannot run together, before anything trains."""
     for index, algorithm in enumerate(algorithms):
+        if isinstance(algorithm, type):
+            raise TypeError(f"algorithms[{index}] is the class {algorithm.__name__}; pass an instance: {algorithm.__name__}()")
         if not isinstance(algorithm, Algorithm):
             raise TypeError(
                 f"algorithms[{index}] is a {type(algorithm).__name__}, not a cadence.Algorithm; "
-                "pass Algorithm instances (e.g. MixUp()), not classes or callbacks"
+                "pass Algorithm instances (e.g. MixUp()); callbacks go in callbacks=[...]"
             )
     seen: dict[int, int] = {}
     for index, algorithm in enumerate(algorithms):

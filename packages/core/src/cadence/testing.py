@@ -44,7 +44,9 @@ __all__ = [
     "MethodConformance",
     "NoOpAlgorithm",
     "assert_same_tensors",
+    "digits_datasets",
     "image_dataset",
+    "mlp_classifier",
     "tiny_image_classifier",
 ]
 
@@ -84,6 +86,24 @@ class TinyCNN(nn.Module):
 
 def tiny_image_classifier(num_classes: int = 4, in_channels: int = 3) -> Classifier:
     return Classifier(TinyCNN(num_classes, in_channels), num_classes=num_classes)
+
+
+def mlp_classifier(in_features: int = 64, num_classes: int = 10, hidden: int = 32, dropout: float = 0.0) -> Classifier:
+    layers: list[nn.Module] = [nn.Linear(in_features, hidden), nn.ReLU()]
+    if dropout:
+        layers.append(nn.Dropout(dropout))
+    layers.append(nn.Linear(hidden, num_classes))
+    return Classifier(nn.Sequential(*layers), num_classes=num_classes)
+
+
+def digits_datasets() -> tuple[TensorDataset, TensorDataset]:
+    """sklearn's bundled digits (real data, no download): 1500 train and 297 test 8x8 images, flattened."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(data.target)
+    return TensorDataset(x[:1500], y[:1500]), TensorDataset(x[1500:], y[1500:])
 
 
 def image_dataset(

@@ -235,7 +235,10 @@ class Trainer:
             )
         self._create_graph = any(a.backwards_create_graph for a in self.state.algorithms)
         self._last_eval_batch = -1
-        self._last_save_batch = self.state.timestamp.batch if resume_from is not None else -1
+        self._last_save = self._position() if resume_from is not None else None
+
+    def _position(self) -> tuple[int, int]:
+        return self.state.timestamp.epoch, self.state.timestamp.batch
 
     # Setup helpers ------------------------------------------------------------------------
     @staticmethod
@@ -301,7 +304,7 @@ class Trainer:
                 self._end_epoch()
         if self._eval_plan is not None and self._eval_interval is not None and self._last_eval_batch != state.timestamp.batch:
             self._evaluate()
-        if self.save_folder is not None and self._last_save_batch != state.timestamp.batch:
+        if self.save_folder is not None and self._last_save != self._position():
             self._save()
         self.engine.run_event(Event.FIT_END)
         self.logger.flush()
@@ -483,7 +486,7 @@ class Trainer:
     def _save(self) -> Path | None:
         state = self.state
         rng = dist.all_gather_object(ckpt.capture_rng())
-        self._last_save_batch = state.timestamp.batch
+        self._last_save = self._position()
         if state.rank != 0:
             return None
         assert self.save_folder is not None

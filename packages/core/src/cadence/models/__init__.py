@@ -1,4 +1,10 @@
-"""Models: the `Model` interface and wrappers for common model families."""
+"""Models: the `Model` interface and wrappers for common model families.
+
+`HuggingFaceModel` and `timm_model` are imported on first use, so ``import cadence``
+never imports transformers or timm.
+"""
+
+from typing import Any
 
 from cadence.models.base import Model, total_loss
 from cadence.models.classifier import Classifier, CrossEntropy, soft_cross_entropy
@@ -11,7 +17,19 @@ __all__ = [
     "ComposerClassifier",
     "ComposerModel",
     "CrossEntropy",
+    "HuggingFaceModel",
     "Model",
     "soft_cross_entropy",
+    "timm_model",
     "total_loss",
 ]
+
+_LAZY = {"HuggingFaceModel": "cadence.models.huggingface", "timm_model": "cadence.models.timm"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,491 @@
+"""Image augmentation primitives shared by RandAugment and AugMix: batched, per-sample, on device.
+
+The operations and their severity-to-magnitude mapping follow Composer's
+``augmentation_primitives`` (itself adapted from the AugMix reference code), which act on
+one PIL image at a time. Here every primitive takes a whole float NCHW batch in *pixel
+units* (values in [0, 255], so uint8 data is represented exactly) and one parameter per
+sample, and each parameter has an identity value that leaves its sample unchanged. One
+augmentation step can therefore give every sample its own operation and magnitude: all
+primitives run on the whole batch, and each sample gets identity parameters for the
+operations it did not draw. There is no per-sample Python loop and nothing reads a device
+value on the host, so the batched path runs on the GPU without synchronising.
+
+Geometric operations (rotate, shear, translate) are one per-sample 2x3 affine matrix in
+PIL's convention, applied with a single ``grid_sample``; colour operations blend with a
+degenerate image (factor 1 = identity); the point operations (autocontrast, equalize,
+posterize, solarize) use per-sample-channel statistics (equalize: batched histograms).
+
+Torch only: PIL is imported lazily, and only when a PIL image is passed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "OPS",
+    "augmentation_sets",
+    "autocontrast",
+    "brightness",
+    "color",
+    "contrast",
+    "equalize",
+    "posterize",
+    "sharpness",
+    "solarize",
+    "warp_affine",
+    "affine_matrix",
+    "resolve_augmentation_set",
+    "sample_op_parameters",
+    "apply_op_parameters",
+    "augment_batch",
+    "augment_image",
+    "to_pixels",
+    "random_uniform",
+    "add_dataset_transform",
+]
+
+#: Every operation, in a fixed order (the index is the op id used by the batched path).
+OPS: tuple[str, ...] = (
+    "autocontrast", "equalize", "posterize", "rotate", "solarize", "shear_x", "shear_y",
+    "translate_x", "translate_y", "color", "contrast", "brightness", "sharpness",
+    "color_original", "contrast_original", "brightness_original", "sharpness_original",
+)  # fmt: skip
+
+_SAFE = ("autocontrast", "equalize", "posterize", "rotate", "solarize", "shear_x", "shear_y",
+         "translate_x", "translate_y")  # fmt: skip
+
+#: The operation sets of Composer. 'safe' leaves out the four colour operations, which overlap
+#: ImageNet-C/CIFAR-10-C corruptions (AugMix paper); 'original' uses the AugMix reference
+#: code's magnitudes for those four; 'all' uses Composer's symmetric magnitudes.
+augmentation_sets: dict[str, tuple[str, ...]] = {
+    "all": (*_SAFE, "color", "contrast", "brightness", "sharpness"),
+    "safe": _SAFE,
+    "original": (*_SAFE, "color_original", "contrast_original", "brightness_original", "sharpness_original"),
+}
+
+# Which primitive each op drives, and the parameter value that leaves a sample unchanged.
+_PRIMITIVE = {op: op.removesuffix("_original") for op in OPS} | dict.fromkeys(
+    ("rotate", "shear_x", "shear_y", "translate_x", "translate_y"), "affine"
+)
+_IDENTITY = {"autocontrast": 0.0, "equalize": 0.0, "posterize": 8.0, "solarize": 256.0, "color": 1.0,
+             "contrast": 1.0, "brightness": 1.0, "sharpness": 1.0}  # fmt: skip
+_APPLY_ORDER = ("affine", "color", "contrast", "brightness", "sharpness", "autocontrast", "equalize",
+                "posterize", "solarize")  # fmt: skip
+
+
+def resolve_augmentation_set(augmentation_set: str | Sequence[str]) -> tuple[str, ...]:
+    """Op names from a set name ('all', 'safe', 'original') or a sequence of op names."""
+    if isinstance(augmentation_set, str):
+        if augmentation_set not in augmentation_sets:
+            raise ValueError(
+                f"`augmentation_set`={augmentation_set!r} is not a known set; use one of {sorted(augmentation_sets)}"
+            )
+        return augmentation_sets[augmentation_set]
+    ops = tuple(augmentation_set)
+    unknown = [op for op in ops if not isinstance(op, str) or op not in OPS]
+    if not ops or unknown:
+        raise ValueError(
+            f"`augmentation_set` must be a set name or a non-empty sequence of op names from {OPS}; "
+            f"got unknown entries {unknown!r}" if ops else "`augmentation_set` is empty; use e.g. 'all'"
+        )
+    return ops
+
+
+# Primitives ------------------------------------------------------------------------------------
+# Each takes ``images`` (N, C, H, W) float in pixel units and one parameter per sample.
+
+
+def _per_sample(value: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    return value.to(device=images.device, dtype=images.dtype).view(-1, 1, 1, 1)
+
+
+def _blend(images: torch.Tensor, degenerate: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """PIL's ``Image.blend(degenerate, image, factor)``, clipped; factor 1 returns `images` exactly."""
+    factor = _per_sample(factor, images)
+    return (images * factor + degenerate * (1 - factor)).clamp_(0, 255)
+
+
+def _gray(images: torch.Tensor) -> torch.Tensor:
+    """ITU-R 601-2 luma (PIL's ``convert('L')``), shape (N, 1, H, W)."""
+    if images.shape[1] == 1:
+        return images
+    red, green, blue = images.unbind(1)
+    return (0.299 * red + 0.587 * green + 0.114 * blue).unsqueeze(1)
+
+
+def brightness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Brightness``: blend with black."""
+    return _blend(images, torch.zeros((), dtype=images.dtype, device=images.device), factor)
+
+
+def color(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Color``: blend with the grayscale image (factor 0 = grayscale)."""
+    return _blend(images, _gray(images), factor)
+
+
+def contrast(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Contrast``: blend with the mean gray level of each image."""
+    return _blend(images, _gray(images).mean(dim=(1, 2, 3), keepdim=True), factor)
+
+
+def sharpness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Sharpness``: blend with PIL's SMOOTH filter (border pixels kept)."""
+    if images.shape[-2] < 3 or images.shape[-1] < 3:
+        return images
+    # SMOOTH = [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13 = (3x3 box sum + 4 x centre) / 13, by shifted adds
+    rows = images[..., :-2, :] + images[..., 1:-1, :] + images[..., 2:, :]
+    box = rows[..., :-2] + rows[..., 1:-1] + rows[..., 2:]
+    degenerate = images.clone()
+    degenerate[..., 1:-1, 1:-1] = (box + 4 * images[..., 1:-1, 1:-1]) / 13
+    return _blend(images, degenerate, factor)
+
+
+def autocontrast(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
+    """``ImageOps.autocontrast``: stretch each channel to [0, 255] where `enabled` is nonzero."""
+    low, high = images.amin(dim=(2, 3), keepdim=True), images.amax(dim=(2, 3), keepdim=True)
+    stretch = (high > low) & (_per_sample(enabled, images) != 0)
+    scale = torch.where(stretch, 255 / (high - low).clamp_min(1e-12), 1.0)
+    return (images - torch.where(stretch, low, 0.0)) * scale
+
+
+def equalize(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
+    """``ImageOps.equalize`` per channel (on the 8-bit levels) where `enabled` is nonzero."""
+    n, c, h, w = images.shape
+    levels = images.round().clamp_(0, 255).long().view(n * c, h * w)
+    ones = torch.ones((), dtype=images.dtype, device=images.device).expand(levels.shape)
+    hist = torch.zeros(n * c, 256, dtype=images.dtype, device=images.device).scatter_add_(1, levels, ones)
+    bins = torch.arange(256, dtype=images.dtype, device=images.device)
+    last = torch.where(hist > 0, bins, 0).argmax(dim=1, keepdim=True)  # the highest level present
+    step = torch.div(h * w - hist.gather(1, last), 255, rounding_mode="floor")
+    below = hist.cumsum(1) - hist  # pixels below each level
+    lut = torch.div(torch.div(step, 2, rounding_mode="floor") + below, step.clamp_min(1), rounding_mode="floor")
+    lut = torch.where(step > 0, lut.clamp_(0, 255), bins)  # one level only: unchanged (as PIL)
+    out = lut.gather(1, levels).view(n, c, h, w)
+    return torch.where(_per_sample(enabled, images) != 0, out, images)
+
+
+def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """``ImageOps.posterize``: keep the top `bits` bits of each level (8 = unchanged)."""
+    bits = _per_sample(bits, images)
+    quantum = torch.exp2(8 - bits)
+    return torch.where(bits < 8, torch.floor(images / quantum) * quantum, images)
+
+
+def solarize(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """``ImageOps.solarize``: invert levels at or above `threshold` (256 = unchanged)."""
+    return torch.where(images >= _per_sample(threshold, images), 255 - images, images)
+
+
+def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """PIL's ``Image.transform(size, AFFINE, matrix, BILINEAR)`` for every sample at once.
+
+    ``matrix`` (N, 2, 3) maps an output point to the input point it samples, in pixel units with
+    the origin at the top-left corner (PIL's convention). As in PIL, points outside the image read
+    0 and bilinear neighbours beyond the edge are clamped. Identity matrices return their samples
+    exactly.
+    """
+    n, _, h, w = images.shape
+    m = matrix.to(device=images.device, dtype=images.dtype)
+    # pixel centres in grid_sample's normalised coordinates (align_corners=False): u = (2x + 1) / w - 1
+    u = ((2 * torch.arange(w, dtype=m.dtype, device=m.device) + 1) / w - 1).view(1, 1, w)
+    v = ((2 * torch.arange(h, dtype=m.dtype, device=m.device) + 1) / h - 1).view(1, h, 1)
+    a, b, t_x, d, e, t_y = (coefficient.view(n, 1, 1) for coefficient in m.flatten(1).unbind(1))
+    # the PIL map, rewritten in normalised coordinates
+    grid_x = a * u + (b * h / w) * v + (a + b * h / w + 2 * t_x / w - 1)
+    grid_y = (d * w / h) * u + e * v + (d * w / h + e + 2 * t_y / h - 1)
+    grid = torch.stack([grid_x, grid_y], dim=-1)
+    warped = F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    inside = ((grid >= -1) & (grid < 1)).all(dim=-1).unsqueeze(1)
+    identity = (m == torch.eye(2, 3, dtype=m.dtype, device=m.device)).flatten(1).all(dim=1).view(n, 1, 1, 1)
+    return torch.where(identity, images, warped * inside)
+
+
+def affine_matrix(op: str, value: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """The (N, 2, 3) PIL matrix of a geometric op: degrees, shear factor or pixels per sample."""
+    one, zero = torch.ones_like(value), torch.zeros_like(value)
+    if op == "rotate":  # counter-clockwise about the centre, as PIL's Image.rotate
+        angle = -value * (math.pi / 180)
+        cos, sin = torch.cos(angle), torch.sin(angle)
+        cx, cy = width / 2, height / 2
+        rows = (cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy)
+    elif op == "shear_x":
+        rows = (one, value, zero, zero, one, zero)
+    elif op == "shear_y":
+        rows = (one, zero, zero, value, one, zero)
+    elif op == "translate_x":
+        rows = (one, zero, value, zero, one, zero)
+    elif op == "translate_y":
+        rows = (one, zero, zero, zero, one, value)
+    else:
+        raise ValueError(f"{op!r} is not a geometric op")
+    return torch.stack(rows, dim=-1).view(-1, 2, 3)
+
+
+_PRIMITIVES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "affine": warp_affine, "color": color, "contrast": contrast, "brightness": brightness,
+    "sharpness": sharpness, "autocontrast": autocontrast, "equalize": equalize, "posterize": posterize,
+    "solarize": solarize,
+}  # fmt: skip
+
+
+# Random parameters -------------------------------------------------------------------------------
+
+
+def _levels(u: torch.Tensor, severity: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Composer's random intensities from four uniforms per sample (the columns of `u`)."""
+    level = 0.1 + u[:, 0] * (severity - 0.1)  # uniform in [0.1, severity)
+    sign = torch.where(u[:, 1] > 0.5, -1.0, 1.0)
+    # enhancement factor: uniform in [1, severity) or in [1 - 0.09 severity, 1), each with probability 1/2
+    symmetric = torch.where(u[:, 2] > 0.5, 1 + u[:, 3] * (severity - 1), 1 - 0.09 * severity * (1 - u[:, 3]))
+    return level, sign, symmetric
+
+
+def _magnitude(op: str, levels: tuple[torch.Tensor, ...], height: int, width: int) -> torch.Tensor:
+    """The parameter of `op`'s primitive (Composer's severity-to-magnitude mapping)."""
+    level, sign, symmetric = levels
+    if op in ("autocontrast", "equalize"):
+        return torch.ones_like(level)
+    if op == "posterize":
+        return 4 - torch.floor(level * 0.4)  # bits kept: 4..1
+    if op == "solarize":
+        return 256 - torch.floor(level * 25.6)  # threshold
+    if op == "rotate":
+        return torch.floor(level * 3) * sign  # degrees, up to 30
+    if op in ("shear_x", "shear_y"):
+        return level * 0.03 * sign  # up to 0.3
+    if op in ("translate_x", "translate_y"):
+        return torch.floor(level * (width if op == "translate_x" else height) / 30) * sign  # up to a third
+    if op.endswith("_original"):  # the AugMix reference code's factors, in [0.118, 1.9)
+        return level * 0.18 + 0.1
+    if op == "brightness":
+        return torch.where(symmetric > 1, symmetric * 0.75, symmetric)  # milder brightening
+    return symmetric  # color, contrast, sharpness
+
+
+def sample_op_parameters(
+    op_ids: torch.Tensor, uniforms: torch.Tensor, severity: float, height: int, width: int, ops: Sequence[str]
+) -> dict[str, torch.Tensor]:
+    """Per-sample parameters of every primitive `ops` use; identity for samples that chose another op.
+
+    Args:
+        op_ids: (N,) index into `OPS` of each sample's op; -1 (or any op outside `ops`) = no op.
+        uniforms: (N, 4) uniforms in [0, 1) from which the magnitudes are drawn.
+        severity: Composer's severity (1-10).
+        height, width: image size (translations are a fraction of it).
+        ops: the op names that may occur.
+    """
+    params: dict[str, torch.Tensor] = {}
+    n, levels = op_ids.shape[0], _levels(uniforms, severity)
+    for op in dict.fromkeys(ops):
+        key, chosen = _PRIMITIVE[op], op_ids == OPS.index(op)
+        value = _magnitude(op, levels, height, width)
+        if key == "affine":
+            value, chosen = affine_matrix(op, value, height, width), chosen.view(-1, 1, 1)
+            current = params.get(key, torch.eye(2, 3, device=value.device).expand(n, 2, 3))
+        else:
+            current = params.get(key, torch.full_like(value, _IDENTITY[key]))
+        params[key] = torch.where(chosen, value, current)
+    return params
+
+
+def apply_op_parameters(images: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Run every primitive in `params` on the batch; each sample changes only by the op it chose."""
+    for key in _APPLY_ORDER:
+        if key in params:
+            images = _PRIMITIVES[key](images, params[key])
+    return images
+
+
+def _draw_device(generator: torch.Generator | None, device: torch.device) -> torch.device:
+    return generator.device if generator is not None else device
+
+
+def random_uniform(shape: Sequence[int], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """Uniforms drawn on the generator's device (the default RNG's when None), moved to `device`."""
+    return torch.rand(tuple(shape), generator=generator, device=_draw_device(generator, device)).to(device)
+
+
+def augment_batch(
+    images: torch.Tensor,
+    ops: Sequence[str],
+    severity: float,
+    steps: int,
+    generator: torch.Generator | None = None,
+    *,
+    quantize: bool = False,
+    active: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`steps` random ops per sample, each sample drawing its own op and magnitude at every step.
+
+    Args:
+        images: (N, C, H, W) float in pixel units.
+        ops, severity: the op names to draw from (uniformly) and their severity.
+        generator: draws happen on its device; the default RNG when None.
+        quantize: round to 8-bit levels after each step (uint8 data: PIL works in 8 bits).
+        active: optional (steps, N) bool; a False entry makes that step an identity for that sample.
+    """
+    n, _, h, w = images.shape
+    device = images.device
+    draw = _draw_device(generator, device)
+    choice = torch.randint(len(ops), (steps, n), generator=generator, device=draw).to(device)
+    uniforms = random_uniform((steps, n, 4), generator, device)
+    op_ids = torch.tensor([OPS.index(op) for op in ops], device=device)[choice]
+    if active is not None:
+        op_ids = torch.where(active, op_ids, -1)
+    for step in range(steps):
+        images = apply_op_parameters(images, sample_op_parameters(op_ids[step], uniforms[step], severity, h, w, ops))
+        if quantize:
+            images = images.round_()
+    return images
+
+
+def augment_image(
+    image: torch.Tensor,
+    ops: Sequence[str],
+    severity: float,
+    steps: int,
+    generator: torch.Generator | None = None,
+    *,
+    quantize: bool = False,
+) -> torch.Tensor:
+    """The per-image reference of `augment_batch`: (1, C, H, W), only the drawn primitive runs."""
+    _, _, h, w = image.shape
+    for _ in range(steps):
+        op = ops[int(torch.randint(len(ops), (1,), generator=generator, device=_draw_device(generator, image.device)))]
+        uniforms = random_uniform((1, 4), generator, image.device)
+        op_id = torch.tensor([OPS.index(op)], device=image.device)
+        image = apply_op_parameters(image, sample_op_parameters(op_id, uniforms, severity, h, w, (op,)))
+        if quantize:
+            image = image.round_()
+    return image
+
+
+# Image formats -----------------------------------------------------------------------------------
+
+
+def _is_pil(image: Any) -> bool:
+    return type(image).__module__.startswith("PIL.") and hasattr(image, "getbands")
+
+
+def _from_pil(image: Any) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
+    if image.mode not in ("L", "RGB"):
+        raise TypeError(f"PIL images must be in mode 'L' or 'RGB', got {image.mode!r}; convert with image.convert('RGB')")
+    from PIL import Image  # lazily: only PIL inputs need it
+
+    mode, (w, h), c = image.mode, image.size, len(image.getbands())
+    data = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).view(h, w, c).permute(2, 0, 1)
+
+    def restore(pixels: torch.Tensor) -> Any:
+        array = pixels[0].round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous().numpy()
+        return Image.frombytes(mode, (w, h), array.tobytes())
+
+    return data.unsqueeze(0).float(), restore
+
+
+def to_pixels(images: Any, *, single: bool = False) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any], bool]:
+    """Float NCHW pixels in [0, 255], a function that turns them back into the input's type, and
+    whether the input was 8-bit (uint8 or PIL).
+
+    Accepts NCHW tensors, and with ``single=True`` also a CHW tensor or a PIL image ('L'/'RGB').
+    Tensors must be unnormalised: uint8, or float in [0, 1]. Floats are clamped to [0, 1]; on CPU,
+    where the check costs no device synchronisation, floats far outside it raise (normalised data).
+    """
+    if single and _is_pil(images):
+        pixels, restore = _from_pil(images)
+        return pixels, restore, True
+    if not isinstance(images, torch.Tensor):
+        kind = "a PIL image or a CHW tensor" if single else "an NCHW tensor"
+        raise TypeError(f"expected {kind}, got {type(images).__name__}")
+    expected = (3,) if single else (4,)
+    if images.ndim not in expected or images.shape[-3] not in (1, 3):
+        shape = "CHW" if single else "NCHW"
+        raise ValueError(f"expected a {shape} tensor with 1 or 3 channels, got shape {tuple(images.shape)}")
+    dtype = images.dtype
+    if dtype != torch.uint8 and not dtype.is_floating_point:
+        raise TypeError(f"images must be uint8 or float in [0, 1] (unnormalised), got dtype {dtype}")
+    channels_last = images.ndim == 4 and images.is_contiguous(memory_format=torch.channels_last)
+    channels_last = channels_last and not images.is_contiguous()
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    batch = images if images.ndim == 4 else images.unsqueeze(0)
+    if dtype.is_floating_point and batch.device.type == "cpu" and batch.numel():
+        low, high = batch.aminmax()
+        if low < -0.5 or high > 1.5:
+            raise ValueError(
+                f"images look normalised (values in [{float(low):.2f}, {float(high):.2f}]); augment unnormalised "
+                "images (uint8, or float in [0, 1]) and normalise afterwards, e.g. inside the model"
+            )
+    pixels = batch.to(work).clamp(0, 1).mul_(255) if dtype.is_floating_point else batch.to(work)
+
+    def restore(out: torch.Tensor) -> torch.Tensor:
+        out = out.round().clamp_(0, 255).to(dtype) if dtype == torch.uint8 else (out / 255).clamp_(0, 1).to(dtype)
+        if channels_last:
+            out = out.contiguous(memory_format=torch.channels_last)
+        return out if images.ndim == 4 else out[0]
+
+    return pixels, restore, dtype == torch.uint8
+
+
+# Dataset transforms -------------------------------------------------------------------------------
+
+_TO_TENSOR = {"ToTensor", "PILToTensor", "ToImage", "ToImageTensor"}
+
+
+class _Then:
+    """``second(first(x))``; picklable, so it reaches DataLoader worker processes."""
+
+    def __init__(self, first: Callable[[Any], Any], second: Callable[[Any], Any]):
+        self.first, self.second = first, second
+
+    def __call__(self, sample: Any) -> Any:
+        return self.second(self.first(sample))
+
+    def __repr__(self) -> str:
+        return f"{self.first!r} -> {self.second!r}"
+
+
+def _insert(existing: Callable[[Any], Any] | None, transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    if existing is None:
+        return transform
+    steps = getattr(existing, "transforms", None)
+    if type(existing).__name__ == "Compose" and isinstance(steps, list):
+        for index, step in enumerate(steps):
+            if type(step).__name__ in _TO_TENSOR:  # augment the final-size image, as Composer does
+                return type(existing)([*steps[:index], transform, *steps[index:]])
+    return _Then(transform, existing)
+
+
+def add_dataset_transform(dataloader: Any, transform: Callable[[Any], Any]) -> None:
+    """Make `dataloader`'s dataset run `transform` on every raw sample.
+
+    The dataset must have a ``transform`` attribute (a torchvision ``VisionDataset``). In a
+    torchvision ``Compose`` the transform goes just before ``ToTensor``/``PILToTensor`` (so it sees
+    the final-size image); otherwise it runs before the dataset's own transform. The user's
+    ``Compose`` is copied, never changed (another dataset may share it). Worker processes copy the
+    dataset when an iterator starts, so this works for ``num_workers=0`` and for workers started
+    afterwards, but not for persistent workers already running, which raise here.
+    """
+    from torch.utils.data import DataLoader
+
+    if not isinstance(dataloader, DataLoader):
+        raise TypeError(f"the dataset-transform path needs a torch DataLoader, got {type(dataloader).__name__}")
+    dataset = dataloader.dataset
+    if not hasattr(dataset, "transform"):
+        raise TypeError(
+            f"{type(dataset).__name__} has no `transform` attribute to extend; use a torchvision VisionDataset, "
+            "add the transform to your dataset yourself, or augment on the device with batched=True"
+        )
+    if getattr(dataloader, "_iterator", None) is not None:
+        raise RuntimeError(
+            "the DataLoader's persistent workers are already running and would never see the new transform; "
+            "use batched=True, or add the transform to the dataset before creating the DataLoader"
+        )
+    dataset.transform = _insert(dataset.transform, transform)
+    joint = getattr(dataset, "transforms", None)
+    if type(joint).__name__ == "StandardTransform":  # torchvision keeps a second reference here
+        joint.transform = dataset.transform

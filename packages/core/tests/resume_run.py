@@ -1,0 +1,100 @@
+"""A training run used by test_checkpoint.py: optionally SIGKILLs itself right after a checkpoint.
+
+    python resume_run.py FOLDER OUT [--kill-at BATCH]
+
+It trains with everything that must survive a resume: shuffled data, dropout (global RNG),
+a method with its own generator, Adam state and a warm-up + cosine schedule. At the end it
+saves the final model and optimizer state and every logged loss to OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from cadence import Algorithm, Callback, Effects, Event, InMemoryLogger, Resource, Trainer
+from cadence.rng import MethodRNG
+from cadence.schedulers import CosineAnnealingWithWarmupScheduler
+from cadence.testing import mlp_classifier
+
+
+class InputNoise(Algorithm):
+    """Adds Gaussian noise drawn from the method's own generator."""
+
+    events = (Event.INIT, Event.AFTER_DATALOADER)
+
+    def __init__(self, std: float = 0.1):
+        self.std = std
+        self.rng = MethodRNG("input_noise")
+
+    def match(self, event, state):
+        return True
+
+    def apply(self, event, state, logger):
+        if event is Event.INIT:
+            self.rng.setup(state)
+            return
+        x = state.batch_get_item(0)
+        noise = torch.randn(x.shape, generator=self.rng.generator, dtype=x.dtype, device=x.device)
+        state.batch_set_item(0, x + self.std * noise)
+
+    def effects(self):
+        return Effects(reads={Resource.INPUTS}, writes={Resource.INPUTS})
+
+    def state_dict(self):
+        return {"rng": self.rng.state_dict()}
+
+    def load_state_dict(self, state):
+        self.rng.load_state_dict(state["rng"])
+
+
+class KillAfterCheckpoint(Callback):
+    def __init__(self, batch: int):
+        self.batch = batch
+
+    def batch_checkpoint(self, state, logger):
+        if state.timestamp.batch == self.batch:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("folder")
+    parser.add_argument("out")
+    parser.add_argument("--kill-at", type=int, default=None)
+    args = parser.parse_args()
+
+    data = torch.Generator().manual_seed(3)
+    dataset = TensorDataset(torch.randn(96, 16, generator=data), torch.randint(0, 4, (96,), generator=data))
+    torch.manual_seed(0)
+    model = mlp_classifier(16, 4, hidden=32, dropout=0.2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    logger = InMemoryLogger()
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(dataset, batch_size=8, shuffle=True),  # 12 batches per epoch
+        max_duration="3ep",
+        optimizers=optimizer,
+        schedulers=CosineAnnealingWithWarmupScheduler(t_warmup="5ba"),
+        algorithms=[InputNoise()],
+        callbacks=[KillAfterCheckpoint(args.kill_at)] if args.kill_at else [],
+        loggers=[logger],
+        save_folder=args.folder,
+        save_interval="1ba",
+        autoresume=True,
+        seed=1234,
+        device="cpu",
+        progress_bar=False,
+    )
+    trainer.fit()
+    steps, losses = logger.get_timeseries("loss/train/total")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "steps": steps, "losses": losses, "lr": optimizer.param_groups[0]["lr"]}, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""Engine: dispatch order, FILO on AFTER_* events, the printed plan, conflicts, error context."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cadence import Algorithm, Callback, Effects, Engine, Event, MethodConflictError, MethodError, Resource, State
+from cadence.testing import tiny_image_classifier
+
+
+def _state() -> State:
+    return State(model=tiny_image_classifier(), max_duration="1ep")
+
+
+class Recorder(Algorithm):
+    events = (Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.AFTER_DATALOADER)
+
+    def __init__(self, tag: str, log: list[str], order: int = 0):
+        self.tag, self.log = tag, log
+        self.order = order  # type: ignore[misc]  # instance override, for the test only
+
+    def match(self, event, state):
+        return True
+
+    def apply(self, event, state, logger):
+        self.log.append(f"{self.tag}@{event.value}")
+
+
+def test_sorted_by_order_and_reversed_on_after_events() -> None:
+    log: list[str] = []
+    algorithms = [Recorder("b", log, order=5), Recorder("a", log, order=-1), Recorder("c", log, order=5)]
+    engine = Engine(_state(), algorithms=algorithms)
+    engine.run_event(Event.BEFORE_LOSS)
+    engine.run_event("after_loss")
+    assert log == [
+        "a@before_loss", "b@before_loss", "c@before_loss",  # ties keep the user's order
+        "c@after_loss", "b@after_loss", "a@after_loss",  # FILO: nests like context managers
+    ]
+
+
+def test_declared_events_limit_dispatch_and_undeclared_ask_every_time() -> None:
+    calls: list[Event] = []
+
+    class Undeclared(Algorithm):
+        def match(self, event, state):
+            calls.append(event)
+            return False
+
+        def apply(self, event, state, logger):
+            raise AssertionError("never matched")
+
+    log: list[str] = []
+    engine = Engine(_state(), algorithms=[Recorder("r", log), Undeclared()])
+    for event in Event:
+        engine.run_event(event)
+    assert calls == list(Event)
+    assert sorted(entry.split("@")[1] for entry in log) == ["after_dataloader", "after_loss", "before_loss"]
+
+
+def test_callbacks_run_after_algorithms() -> None:
+    log: list[str] = []
+
+    class Watcher(Callback):
+        def before_loss(self, state, logger):
+            log.append("callback")
+
+    engine = Engine(_state(), algorithms=[Recorder("r", log)], callbacks=[Watcher()])
+    engine.run_event(Event.BEFORE_LOSS)
+    assert log == ["r@before_loss", "callback"]
+
+
+def test_plan_is_printable() -> None:
+    log: list[str] = []
+    engine = Engine(_state(), algorithms=[Recorder("x", log, order=1), Recorder("y", log, order=2)])
+    plan = engine.describe()
+    assert "before_loss           Recorder, Recorder" in plan
+    assert [a.tag for a in engine.plan("after_loss")] == ["y", "x"]
+    assert "(no methods or callbacks)" in Engine(_state()).describe()
+
+
+def test_exceptions_name_the_method_and_event() -> None:
+    class Broken(Algorithm):
+        events = (Event.BATCH_END,)
+
+        def match(self, event, state):
+            return True
+
+        def apply(self, event, state, logger):
+            raise ZeroDivisionError("boom")
+
+    engine = Engine(_state(), algorithms=[Broken()])
+    with pytest.raises(MethodError, match="Broken failed on event 'batch_end': ZeroDivisionError: boom") as info:
+        engine.run_event(Event.BATCH_END)
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    assert info.value.owner == "Broken" and info.value.event is Event.BATCH_END
+
+
+class LossInterpolator(Algorithm):
+    events = (Event.AFTER_LOSS,)
+
+    def match(self, event, state):
+        return True
+
+    def apply(self, event, state, logger):
+        pass
+
+    def effects(self) -> Effects:
+        return Effects(reads={Resource.LOSS}, exclusive={Resource.LOSS: "interpolates the loss"})
+
+
+class OtherInterpolator(LossInterpolator):
+    pass
+
+
+def test_exclusive_claims_conflict_with_a_message_naming_both() -> None:
+    with pytest.raises(MethodConflictError) as info:
+        Engine(_state(), algorithms=[LossInterpolator(), OtherInterpolator()])
+    message = str(info.value)
+    assert "LossInterpolator and OtherInterpolator cannot be used together" in message
+    assert "interpolates the loss" in message and "Fix:" in message
+
+
+def test_named_conflicts_and_bad_entries() -> None:
+    class Averager(Algorithm):
+        events = (Event.BATCH_END,)
+
+        def match(self, event, state):
+            return False
+
+        def apply(self, event, state, logger):
+            pass
+
+        def effects(self) -> Effects:
+            return Effects(conflicts={"OtherAverager": "use one weight-averaging method"})
+
+    class OtherAverager(Averager):
+        def effects(self) -> Effects:
+            return Effects()
+
+    with pytest.raises(MethodConflictError, match="Averager and OtherAverager .* Fix: use one weight-averaging"):
+        Engine(_state(), algorithms=[OtherAverager(), Averager()])
+    with pytest.raises(TypeError, match=r"algorithms\[0\] is the class Averager; pass an instance: Averager\(\)"):
+        Engine(_state(), algorithms=[Averager])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"algorithms\[0\] is a str.*callbacks go in callbacks"):
+        Engine(_state(), algorithms=["mixup"])  # type: ignore[list-item]
+    same = LossInterpolator()
+    with pytest.raises(MethodConflictError, match="listed twice"):
+        Engine(_state(), algorithms=[same, same])
+
+
+def test_non_conflicting_writers_compose() -> None:
+    class InputWriter(Algorithm):
+        events = (Event.AFTER_DATALOADER,)
+
+        def match(self, event, state):
+            return True
+
+        def apply(self, event, state, logger):
+            pass
+
+        def effects(self) -> Effects:
+            return Effects(reads={Resource.INPUTS}, writes={Resource.INPUTS})
+
+    Engine(_state(), algorithms=[InputWriter(), InputWriter(), LossInterpolator()])
+
+
+def test_state_batch_helpers_rebuild_instead_of_mutating() -> None:
+    state = _state()
+    original = (torch.zeros(2), torch.ones(2))
+    state.batch = original
+    state.batch_set_item(0, torch.full((2,), 3.0))
+    assert original[0].sum() == 0 and state.batch_get_item(0).sum() == 6
+    state.batch = {"x": torch.zeros(1)}
+    state.batch_set_item("x", torch.ones(1))
+    assert state.batch_get_item("x").item() == 1
+    pair = (lambda b: b["x"], lambda b, v: {**b, "x": v})
+    state.batch_set_item(pair, torch.full((1,), 7.0))
+    assert state.batch_get_item(pair).item() == 7
+    with pytest.raises(KeyError, match="input_key/target_key"):
+        state.batch_get_item("missing")
