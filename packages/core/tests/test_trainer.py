@@ -178,3 +178,25 @@ def test_fit_without_data_or_optimizer_explains_what_is_missing() -> None:
         Trainer(model=model, train_dataloader=loader, max_duration="1ep", progress_bar=False).fit()
     with pytest.raises(ValueError, match="eval\\(\\) needs an eval_dataloader"):
         Trainer(model=model, progress_bar=False).eval()
+
+
+def test_fp16_autocast_uses_a_grad_scaler_that_is_checkpointed(tmp_path) -> None:
+    data = TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,)))
+    model = mlp_classifier(8, 3)
+    trainer = Trainer(model=model, train_dataloader=DataLoader(data, batch_size=8), max_duration="1ep",
+                      precision="amp_fp16", optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+                      save_folder=tmp_path, progress_bar=False, seed=0)
+    assert trainer.state.scaler is not None
+    trainer.fit()
+    payload = torch.load(tmp_path / "latest.pt", weights_only=True)
+    assert payload["scaler"]["scale"] == trainer.state.scaler.get_scale()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_deterministic_mode_turns_on_deterministic_kernels() -> None:
+    model = mlp_classifier(4, 2)
+    try:
+        Trainer(model=model, deterministic_mode=True, progress_bar=False)
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)

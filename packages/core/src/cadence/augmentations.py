@@ -20,6 +20,7 @@ Torch only: PIL is imported lazily, and only when a PIL image is passed.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,7 +42,8 @@ __all__ = [
     "warp_affine",
     "affine_matrix",
     "resolve_augmentation_set",
-    "sample_op_parameters",
+    "op_magnitudes",
+    "primitive_parameters",
     "apply_op_parameters",
     "augment_batch",
     "augment_image",
@@ -98,17 +100,24 @@ def resolve_augmentation_set(augmentation_set: str | Sequence[str]) -> tuple[str
 
 
 # Primitives ------------------------------------------------------------------------------------
-# Each takes ``images`` (N, C, H, W) float in pixel units and one parameter per sample.
+# Each takes ``images`` (N, C, H, W) float in pixel units and one parameter per sample. Per-sample
+# choices are made with arithmetic (``a * on + b * (1 - on)`` with ``on`` 0 or 1, exact either way)
+# rather than ``torch.where`` on image-sized masks, which is several times slower on CPU.
 
 
 def _per_sample(value: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
     return value.to(device=images.device, dtype=images.dtype).view(-1, 1, 1, 1)
 
 
+def _choose(on: torch.Tensor, changed: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    """`changed` for samples with ``on == 1``, `images` (exactly) for ``on == 0``."""
+    return torch.addcmul(images * (1 - on), changed, on)
+
+
 def _blend(images: torch.Tensor, degenerate: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     """PIL's ``Image.blend(degenerate, image, factor)``, clipped; factor 1 returns `images` exactly."""
     factor = _per_sample(factor, images)
-    return (images * factor + degenerate * (1 - factor)).clamp_(0, 255)
+    return torch.addcmul(degenerate * (1 - factor), images, factor).clamp_(0, 255)
 
 
 def _gray(images: torch.Tensor) -> torch.Tensor:
@@ -121,7 +130,7 @@ def _gray(images: torch.Tensor) -> torch.Tensor:
 
 def brightness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     """``ImageEnhance.Brightness``: blend with black."""
-    return _blend(images, torch.zeros((), dtype=images.dtype, device=images.device), factor)
+    return (images * _per_sample(factor, images)).clamp_(0, 255)
 
 
 def color(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
@@ -166,20 +175,23 @@ def equalize(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
     below = hist.cumsum(1) - hist  # pixels below each level
     lut = torch.div(torch.div(step, 2, rounding_mode="floor") + below, step.clamp_min(1), rounding_mode="floor")
     lut = torch.where(step > 0, lut.clamp_(0, 255), bins)  # one level only: unchanged (as PIL)
-    out = lut.gather(1, levels).view(n, c, h, w)
-    return torch.where(_per_sample(enabled, images) != 0, out, images)
+    return _choose(_per_sample(enabled, images), lut.gather(1, levels).view(n, c, h, w), images)
 
 
 def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     """``ImageOps.posterize``: keep the top `bits` bits of each level (8 = unchanged)."""
     bits = _per_sample(bits, images)
     quantum = torch.exp2(8 - bits)
-    return torch.where(bits < 8, torch.floor(images / quantum) * quantum, images)
+    return _choose((bits < 8).to(images.dtype), torch.floor(images / quantum) * quantum, images)
 
 
 def solarize(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-    """``ImageOps.solarize``: invert levels at or above `threshold` (256 = unchanged)."""
-    return torch.where(images >= _per_sample(threshold, images), 255 - images, images)
+    """``ImageOps.solarize``: invert levels at or above `threshold` (256 = unchanged).
+
+    A float level counts as its nearest 8-bit level, so it is inverted from ``threshold - 0.5``.
+    """
+    above = torch.sign(images - (_per_sample(threshold, images) - 0.5)) + 1  # 2 above, 0 below
+    return torch.addcmul(images, above, 127.5 - images)  # x + (255 - 2x) where above
 
 
 def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
@@ -201,29 +213,27 @@ def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     grid_y = (d * w / h) * u + e * v + (d * w / h + e + 2 * t_y / h - 1)
     grid = torch.stack([grid_x, grid_y], dim=-1)
     warped = F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
-    inside = ((grid >= -1) & (grid < 1)).all(dim=-1).unsqueeze(1)
+    # 1 inside the image, 0 outside (the ramp between is 1e-7 of the image wide)
+    inside = ((1 - grid.abs().amax(dim=-1)) * 1e7 + 1).clamp_(0, 1).unsqueeze(1)
     identity = (m == torch.eye(2, 3, dtype=m.dtype, device=m.device)).flatten(1).all(dim=1).view(n, 1, 1, 1)
-    return torch.where(identity, images, warped * inside)
+    return _choose(identity.to(images.dtype), images, warped * inside)
 
 
-def affine_matrix(op: str, value: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """The (N, 2, 3) PIL matrix of a geometric op: degrees, shear factor or pixels per sample."""
-    one, zero = torch.ones_like(value), torch.zeros_like(value)
-    if op == "rotate":  # counter-clockwise about the centre, as PIL's Image.rotate
-        angle = -value * (math.pi / 180)
-        cos, sin = torch.cos(angle), torch.sin(angle)
-        cx, cy = width / 2, height / 2
-        rows = (cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy)
-    elif op == "shear_x":
-        rows = (one, value, zero, zero, one, zero)
-    elif op == "shear_y":
-        rows = (one, zero, zero, value, one, zero)
-    elif op == "translate_x":
-        rows = (one, zero, value, zero, one, zero)
-    elif op == "translate_y":
-        rows = (one, zero, zero, zero, one, value)
-    else:
-        raise ValueError(f"{op!r} is not a geometric op")
+def affine_matrix(op_ids: torch.Tensor | str, values: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """PIL matrices (N, 2, 3) of geometric ops: rotate (degrees, counter-clockwise about the centre,
+    as ``Image.rotate``), shear_x/shear_y (factor), translate_x/translate_y (pixels). Samples whose op
+    (an op name, or op ids into `OPS`) is not geometric get the identity."""
+    if isinstance(op_ids, str):
+        op_ids = torch.full(values.shape, OPS.index(op_ids), device=values.device)
+
+    def pick(op: str) -> torch.Tensor:
+        return torch.where(op_ids == OPS.index(op), values, 0.0)
+
+    angle = pick("rotate") * (-math.pi / 180)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    cx, cy = width / 2, height / 2
+    rows = (cos, sin + pick("shear_x"), cx - cos * cx - sin * cy + pick("translate_x"),
+            pick("shear_y") - sin, cos, cy + sin * cx - cos * cy + pick("translate_y"))  # fmt: skip
     return torch.stack(rows, dim=-1).view(-1, 2, 3)
 
 
@@ -235,62 +245,72 @@ _PRIMITIVES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 
 
 # Random parameters -------------------------------------------------------------------------------
+# Composer's magnitudes, with level ~ U[0.1, severity): posterize keeps 4 - floor(0.4 level) bits;
+# solarize's threshold is 256 - floor(25.6 level); rotate floor(3 level) degrees, shear 0.03 level,
+# translate floor(level side / 30) pixels, each with a random sign; the '_original' enhancement
+# factors are 0.18 level + 0.1; the others are U[1, severity) or U[1 - 0.09 severity, 1) with
+# probability 1/2 each, and brightening factors are scaled by 0.75. Each op is one row of
+# (scale, floored, multiplier, random sign, offset, enhancement) so that every sample's magnitude
+# comes out of one vectorised expression.
 
 
-def _levels(u: torch.Tensor, severity: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Composer's random intensities from four uniforms per sample (the columns of `u`)."""
-    level = 0.1 + u[:, 0] * (severity - 0.1)  # uniform in [0.1, severity)
-    sign = torch.where(u[:, 1] > 0.5, -1.0, 1.0)
-    # enhancement factor: uniform in [1, severity) or in [1 - 0.09 severity, 1), each with probability 1/2
-    symmetric = torch.where(u[:, 2] > 0.5, 1 + u[:, 3] * (severity - 1), 1 - 0.09 * severity * (1 - u[:, 3]))
-    return level, sign, symmetric
+@functools.lru_cache(maxsize=64)
+def _magnitude_table(device: torch.device, height: int, width: int) -> torch.Tensor:
+    rows = {
+        "autocontrast": (0, 0, 0, 0, 1, 0), "equalize": (0, 0, 0, 0, 1, 0),
+        "posterize": (0.4, 1, -1, 0, 4, 0), "solarize": (25.6, 1, -1, 0, 256, 0),
+        "rotate": (3, 1, 1, 1, 0, 0), "shear_x": (0.03, 0, 1, 1, 0, 0), "shear_y": (0.03, 0, 1, 1, 0, 0),
+        "translate_x": (width / 30, 1, 1, 1, 0, 0), "translate_y": (height / 30, 1, 1, 1, 0, 0),
+        "color": (0, 0, 0, 0, 0, 1), "contrast": (0, 0, 0, 0, 0, 1), "sharpness": (0, 0, 0, 0, 0, 1),
+        "brightness": (0, 0, 0, 0, 0, 2),
+    }  # fmt: skip
+    original = (0.18, 0, 1, 0, 0.1, 0)
+    table = [rows.get(op, original) for op in OPS] + [(0, 0, 0, 0, 0, 0)]  # last row: op id -1
+    return torch.tensor(table, dtype=torch.float32, device=device)
 
 
-def _magnitude(op: str, levels: tuple[torch.Tensor, ...], height: int, width: int) -> torch.Tensor:
-    """The parameter of `op`'s primitive (Composer's severity-to-magnitude mapping)."""
-    level, sign, symmetric = levels
-    if op in ("autocontrast", "equalize"):
-        return torch.ones_like(level)
-    if op == "posterize":
-        return 4 - torch.floor(level * 0.4)  # bits kept: 4..1
-    if op == "solarize":
-        return 256 - torch.floor(level * 25.6)  # threshold
-    if op == "rotate":
-        return torch.floor(level * 3) * sign  # degrees, up to 30
-    if op in ("shear_x", "shear_y"):
-        return level * 0.03 * sign  # up to 0.3
-    if op in ("translate_x", "translate_y"):
-        return torch.floor(level * (width if op == "translate_x" else height) / 30) * sign  # up to a third
-    if op.endswith("_original"):  # the AugMix reference code's factors, in [0.118, 1.9)
-        return level * 0.18 + 0.1
-    if op == "brightness":
-        return torch.where(symmetric > 1, symmetric * 0.75, symmetric)  # milder brightening
-    return symmetric  # color, contrast, sharpness
+@functools.lru_cache(maxsize=64)
+def _index_table(device: torch.device, values: tuple[int, ...]) -> torch.Tensor:
+    return torch.tensor(values, device=device)
 
 
-def sample_op_parameters(
-    op_ids: torch.Tensor, uniforms: torch.Tensor, severity: float, height: int, width: int, ops: Sequence[str]
-) -> dict[str, torch.Tensor]:
-    """Per-sample parameters of every primitive `ops` use; identity for samples that chose another op.
+def op_magnitudes(
+    op_ids: torch.Tensor, uniforms: torch.Tensor, severity: float, height: int, width: int
+) -> torch.Tensor:
+    """The magnitude of each sample's op: degrees, shear, pixels, bits, threshold or factor.
 
     Args:
-        op_ids: (N,) index into `OPS` of each sample's op; -1 (or any op outside `ops`) = no op.
+        op_ids: (N,) index into `OPS` of each sample's op; -1 = no op (magnitude 0).
         uniforms: (N, 4) uniforms in [0, 1) from which the magnitudes are drawn.
         severity: Composer's severity (1-10).
         height, width: image size (translations are a fraction of it).
-        ops: the op names that may occur.
     """
-    params: dict[str, torch.Tensor] = {}
-    n, levels = op_ids.shape[0], _levels(uniforms, severity)
-    for op in dict.fromkeys(ops):
-        key, chosen = _PRIMITIVE[op], op_ids == OPS.index(op)
-        value = _magnitude(op, levels, height, width)
+    scale, floored, multiplier, signed, offset, enhance = _magnitude_table(op_ids.device, height, width)[op_ids].T
+    level = 0.1 + uniforms[:, 0] * (severity - 0.1)
+    raw = level * scale
+    sign = torch.where((signed > 0) & (uniforms[:, 1] > 0.5), -1.0, 1.0)
+    value = offset + torch.where(floored > 0, raw.floor(), raw) * multiplier * sign
+    factor = torch.where(uniforms[:, 2] > 0.5, 1 + uniforms[:, 3] * (severity - 1), 1 - 0.09 * severity * (1 - uniforms[:, 3]))
+    factor = torch.where((enhance == 2) & (factor > 1), 0.75 * factor, factor)
+    return torch.where(enhance > 0, factor, value)
+
+
+# primitive (index into _APPLY_ORDER) of each op id; the extra last entry (op id -1) means "no op"
+_GROUP_OF_OP = (*(_APPLY_ORDER.index(_PRIMITIVE[op]) for op in OPS), len(_APPLY_ORDER))
+
+
+def primitive_parameters(
+    op_ids: torch.Tensor, values: torch.Tensor, height: int, width: int, ops: Sequence[str]
+) -> dict[str, torch.Tensor]:
+    """Each primitive's per-sample parameter (identity for samples that drew another op), for the
+    primitives `ops` use. `values` are `op_magnitudes`."""
+    groups = _index_table(op_ids.device, _GROUP_OF_OP)[op_ids]
+    params = {}
+    for key in dict.fromkeys(_PRIMITIVE[op] for op in ops):
         if key == "affine":
-            value, chosen = affine_matrix(op, value, height, width), chosen.view(-1, 1, 1)
-            current = params.get(key, torch.eye(2, 3, device=value.device).expand(n, 2, 3))
+            params[key] = affine_matrix(op_ids, values, height, width)
         else:
-            current = params.get(key, torch.full_like(value, _IDENTITY[key]))
-        params[key] = torch.where(chosen, value, current)
+            params[key] = torch.where(groups == _APPLY_ORDER.index(key), values, _IDENTITY[key])
     return params
 
 
@@ -299,6 +319,29 @@ def apply_op_parameters(images: torch.Tensor, params: dict[str, torch.Tensor]) -
     for key in _APPLY_ORDER:
         if key in params:
             images = _PRIMITIVES[key](images, params[key])
+    return images
+
+
+def _apply_grouped(images: torch.Tensor, op_ids: torch.Tensor, values: torch.Tensor, quantize: bool) -> torch.Tensor:
+    """`apply_op_parameters` (then rounding if `quantize`), running each primitive on its own samples
+    only. Writes into `images`.
+
+    Reads the group sizes on the host, so it is free of synchronisation only on CPU.
+    """
+    _, _, h, w = images.shape
+    groups = _index_table(op_ids.device, _GROUP_OF_OP)[op_ids]
+    order = torch.argsort(groups, stable=True)
+    sizes = torch.bincount(groups, minlength=len(_GROUP_OF_OP)).tolist()
+    start = 0
+    for key, size in zip(_APPLY_ORDER, sizes):  # the last group (no op) stays as it is
+        if size:
+            members = order[start : start + size]
+            value = values.index_select(0, members)
+            if key == "affine":
+                value = affine_matrix(op_ids.index_select(0, members), value, h, w)
+            changed = _PRIMITIVES[key](images.index_select(0, members), value)
+            images.index_copy_(0, members, changed.round_() if quantize else changed)
+            start += size
     return images
 
 
@@ -320,28 +363,40 @@ def augment_batch(
     *,
     quantize: bool = False,
     active: torch.Tensor | None = None,
+    grouped: bool | None = None,
 ) -> torch.Tensor:
     """`steps` random ops per sample, each sample drawing its own op and magnitude at every step.
 
     Args:
-        images: (N, C, H, W) float in pixel units.
+        images: (N, C, H, W) float in pixel units (not modified).
         ops, severity: the op names to draw from (uniformly) and their severity.
         generator: draws happen on its device; the default RNG when None.
         quantize: round to 8-bit levels after each step (uint8 data: PIL works in 8 bits).
         active: optional (steps, N) bool; a False entry makes that step an identity for that sample.
+        grouped: how a step runs. Dense (False): every primitive runs on the whole batch with identity
+            parameters for the samples that drew another op, so nothing depends on the data's
+            values: no host synchronisation on an accelerator. Grouped (True): samples are sorted by
+            primitive and each primitive runs on its own samples only, which reads the group sizes on
+            the host, so it is free only on CPU. Default: grouped on CPU, dense elsewhere. Both give
+            the same result.
     """
     n, _, h, w = images.shape
     device = images.device
-    draw = _draw_device(generator, device)
-    choice = torch.randint(len(ops), (steps, n), generator=generator, device=draw).to(device)
+    choice = torch.randint(len(ops), (steps, n), generator=generator, device=_draw_device(generator, device))
     uniforms = random_uniform((steps, n, 4), generator, device)
-    op_ids = torch.tensor([OPS.index(op) for op in ops], device=device)[choice]
+    op_ids = _index_table(device, tuple(OPS.index(op) for op in ops))[choice.to(device)]
     if active is not None:
         op_ids = torch.where(active, op_ids, -1)
+    grouped = device.type == "cpu" if grouped is None else grouped
+    if grouped:
+        images = images.clone()  # the grouped steps write in place
     for step in range(steps):
-        images = apply_op_parameters(images, sample_op_parameters(op_ids[step], uniforms[step], severity, h, w, ops))
-        if quantize:
-            images = images.round_()
+        values = op_magnitudes(op_ids[step], uniforms[step], severity, h, w)
+        if grouped:
+            images = _apply_grouped(images, op_ids[step], values, quantize)
+        else:
+            images = apply_op_parameters(images, primitive_parameters(op_ids[step], values, h, w, ops))
+            images = images.round() if quantize else images
     return images
 
 
@@ -360,9 +415,10 @@ def augment_image(
         op = ops[int(torch.randint(len(ops), (1,), generator=generator, device=_draw_device(generator, image.device)))]
         uniforms = random_uniform((1, 4), generator, image.device)
         op_id = torch.tensor([OPS.index(op)], device=image.device)
-        image = apply_op_parameters(image, sample_op_parameters(op_id, uniforms, severity, h, w, (op,)))
+        values = op_magnitudes(op_id, uniforms, severity, h, w)
+        image = apply_op_parameters(image, primitive_parameters(op_id, values, h, w, (op,)))
         if quantize:
-            image = image.round_()
+            image = image.round()
     return image
 
 

@@ -354,7 +354,8 @@ class Trainer:
         for scheduler, every_batch in self._schedulers:
             if every_batch:
                 scheduler.step()
-        self.logger.log_metrics({"loss/train/total": loss, **self._learning_rates()})
+        if self.logger.destinations:
+            self.logger.log_metrics({"loss/train/total": loss, **self._learning_rates()})
         self.engine.run_event(Event.BATCH_END)
         self._evaluate_and_save_if_due(Event.BATCH_END, Event.BATCH_CHECKPOINT)
 
@@ -363,19 +364,21 @@ class Trainer:
         state = self.state
         size = state.device_train_microbatch_size
         microbatches = split_batch(batch, size) if size else [batch]
-        batch_size = batch_num_samples(batch)
-        total = torch.zeros((), device=state.device)
+        batch_size = batch_num_samples(batch) if len(microbatches) > 1 else 0
+        total: torch.Tensor | None = None
         for index, microbatch in enumerate(microbatches):
             is_last = index == len(microbatches) - 1
             no_sync = getattr(self._forward_module, "no_sync", None)
             with no_sync() if (no_sync is not None and not is_last) else contextlib.nullcontext():
-                weight = batch_num_samples(microbatch) / batch_size
-                total = total + self._train_microbatch(microbatch, weight)
+                weight = batch_num_samples(microbatch) / batch_size if batch_size else 1.0
+                loss = self._train_microbatch(microbatch, weight)
+            total = loss if total is None else total + loss
         state.batch = batch
         if state.scaler is not None:
             for optimizer in state.optimizers:
                 state.scaler.unscale_(optimizer)
         self.engine.run_event(Event.AFTER_TRAIN_BATCH)
+        assert total is not None
         return total
 
     def _train_microbatch(self, microbatch: Any, weight: float) -> torch.Tensor:
@@ -391,7 +394,9 @@ class Trainer:
             state.loss = state.model.loss(state.outputs, state.batch)
         engine.run_event(Event.AFTER_LOSS)
         engine.run_event(Event.BEFORE_BACKWARD)
-        loss = total_loss(state.loss) * weight
+        loss = total_loss(state.loss)
+        if weight != 1.0:
+            loss = loss * weight
         (state.scaler.scale(loss) if state.scaler is not None else loss).backward(create_graph=self._create_graph)
         engine.run_event(Event.AFTER_BACKWARD)
         if self.compute_train_metrics:

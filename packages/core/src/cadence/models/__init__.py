@@ -7,7 +7,7 @@ never imports transformers or timm.
 from typing import Any
 
 from cadence.models.base import Model, total_loss
-from cadence.models.classifier import Classifier, CrossEntropy, soft_cross_entropy
+from cadence.models.classifier import Classifier, soft_cross_entropy
 
 ComposerModel = Model  # Composer's names, so its users can switch by changing an import
 ComposerClassifier = Classifier
@@ -24,7 +24,11 @@ __all__ = [
     "total_loss",
 ]
 
-_LAZY = {"HuggingFaceModel": "cadence.models.huggingface", "timm_model": "cadence.models.timm"}
+_LAZY = {
+    "CrossEntropy": "cadence.metrics",
+    "HuggingFaceModel": "cadence.models.huggingface",
+    "timm_model": "cadence.models.timm",
+}
 
 
 def __getattr__(name: str) -> Any:

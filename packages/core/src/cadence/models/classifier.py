@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import Metric
-from torchmetrics.aggregation import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
 
 from cadence.models.base import Model
 
-__all__ = ["Classifier", "CrossEntropy", "soft_cross_entropy"]
+if TYPE_CHECKING:
+    from torchmetrics import Metric
+
+__all__ = ["Classifier", "soft_cross_entropy"]
 
 
 def soft_cross_entropy(
@@ -31,13 +31,6 @@ def soft_cross_entropy(
             f"dense targets must have the logits' shape {tuple(input.shape)}, got {tuple(target.shape)}"
         )
     return F.cross_entropy(input, target, reduction=reduction, **kwargs)
-
-
-class CrossEntropy(MeanMetric):
-    """Mean cross-entropy over every sample seen (exact across batches and ranks)."""
-
-    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:  # type: ignore[override]
-        super().update(soft_cross_entropy(preds, target, reduction="none"))
 
 
 class Classifier(Model):
@@ -84,6 +77,10 @@ class Classifier(Model):
         chosen = self._train_metrics if is_train else self._val_metrics
         if chosen is not None:
             return {name: copy.deepcopy(metric) for name, metric in chosen.items()}
+        from torchmetrics.classification import MulticlassAccuracy  # lazily: see cadence.metrics
+
+        from cadence.metrics import CrossEntropy
+
         metrics: dict[str, Metric] = {
             "MulticlassAccuracy": MulticlassAccuracy(num_classes=self.num_classes, average="micro")
         }
@@ -93,6 +90,7 @@ class Classifier(Model):
 
     def update_metric(self, batch: Any, outputs: torch.Tensor, metric: Metric) -> None:
         _, targets = batch
-        if targets.is_floating_point() and targets.shape == outputs.shape and not isinstance(metric, CrossEntropy):
+        dense = targets.is_floating_point() and targets.shape == outputs.shape
+        if dense and not getattr(metric, "accepts_dense_targets", False):
             targets = targets.argmax(dim=1)  # dense (mixed/smoothed) targets: score against the main class
         metric.update(outputs.detach(), targets)

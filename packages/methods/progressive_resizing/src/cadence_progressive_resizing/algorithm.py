@@ -1,0 +1,86 @@
+"""`ProgressiveResizing`: the Event adapter over `progressive_resizing_scale` and `resize_batch`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cadence import Algorithm, Effects, Event, Resource, State
+from cadence.batch import BatchKey
+from cadence.rng import MethodRNG
+from cadence_progressive_resizing.functional import check_resizing_args, progressive_resizing_scale, resize_batch
+
+__all__ = ["ProgressiveResizing"]
+
+
+class ProgressiveResizing(Algorithm):
+    """Shrinks the training batch on AFTER_DATALOADER by the scheduled scale (generator set up on INIT).
+
+    Schedule: `progressive_resizing_scale` of the elapsed duration and the batch's width;
+    resizing: `resize_batch`. ``input_key``/``target_key`` find the images and the target
+    (read only when ``resize_targets``); ``seed`` fixes the crop generator.
+    """
+
+    events = (Event.INIT, Event.AFTER_DATALOADER)
+    order = 10
+
+    def __init__(
+        self,
+        mode: str = "resize",
+        initial_scale: float = 0.5,
+        finetune_fraction: float = 0.2,
+        delay_fraction: float = 0.5,
+        size_increment: int = 4,
+        resize_targets: bool = False,
+        input_key: BatchKey = 0,
+        target_key: BatchKey = 1,
+        *,
+        seed: int | None = None,
+    ):
+        check_resizing_args(mode, initial_scale, finetune_fraction, delay_fraction, size_increment)
+        self.mode, self.initial_scale, self.size_increment = mode, initial_scale, size_increment
+        self.finetune_fraction, self.delay_fraction = finetune_fraction, delay_fraction
+        self.resize_targets = resize_targets
+        self.input_key, self.target_key, self.seed = input_key, target_key, seed
+        self.rng = MethodRNG("progressive_resizing", seed)
+
+    def match(self, event: Event, state: State) -> bool:
+        return event in self.events
+
+    def apply(self, event: Event, state: State, logger: Any) -> None:
+        if event is Event.INIT:
+            self.rng.setup(state)
+            return
+        elapsed = state.get_elapsed_duration()
+        if elapsed is None:
+            raise ValueError("ProgressiveResizing follows a schedule over the run: set the Trainer's max_duration")
+        images = state.batch_get_item(self.input_key)
+        target = state.batch_get_item(self.target_key) if self.resize_targets else None
+        schedule = (self.initial_scale, self.finetune_fraction, self.delay_fraction, self.size_increment)
+        scale = progressive_resizing_scale(elapsed.value, images.shape[-1], *schedule)
+        new_images, new_target = resize_batch(
+            images, target, scale, self.mode, self.resize_targets, generator=self.rng.generator
+        )
+        state.batch_set_item(self.input_key, new_images)
+        if self.resize_targets:
+            state.batch_set_item(self.target_key, new_target)
+        width = new_images.shape[-1]
+        logger.log_metrics({"progressive_resizing/scale_factor": scale, "progressive_resizing/width": width})
+
+    def effects(self) -> Effects:
+        touched = {Resource.INPUTS} | ({Resource.TARGETS} if self.resize_targets else set())
+        return Effects(reads=touched, writes=touched)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.load_state_dict(state.get("rng", {}))
+
+    def __repr__(self) -> str:
+        seed = f", seed={self.seed}" if self.seed is not None else ""
+        return (
+            f"ProgressiveResizing(mode={self.mode!r}, initial_scale={self.initial_scale}, "
+            f"finetune_fraction={self.finetune_fraction}, delay_fraction={self.delay_fraction}, "
+            f"size_increment={self.size_increment}, resize_targets={self.resize_targets}, "
+            f"input_key={self.input_key!r}, target_key={self.target_key!r}{seed})"
+        )

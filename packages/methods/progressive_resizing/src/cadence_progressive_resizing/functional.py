@@ -1,0 +1,150 @@
+"""Progressive Resizing as pure functions: the size schedule, and shrinking a batch by crop or resize."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["progressive_resizing_scale", "resize_batch"]
+
+_MODES = ("resize", "crop")
+
+
+def check_resizing_args(
+    mode: str, initial_scale: float, finetune_fraction: float, delay_fraction: float, size_increment: int
+) -> None:
+    """Reject hyperparameters that cannot work, naming the argument and the allowed range."""
+    if mode not in _MODES:
+        raise ValueError(f"`mode`={mode!r} must be one of {_MODES}")
+    for name, value, low in (
+        ("initial_scale", initial_scale, "(0"),
+        ("finetune_fraction", finetune_fraction, "[0"),
+        ("delay_fraction", delay_fraction, "[0"),
+    ):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not (0 < value <= 1 if low == "(0" else 0 <= value <= 1):
+            raise ValueError(f"`{name}`={value!r} must be a number in {low}, 1]")
+    if delay_fraction + finetune_fraction > 1:
+        raise ValueError(
+            f"`delay_fraction` + `finetune_fraction` = {delay_fraction} + {finetune_fraction} must be <= 1 "
+            "(the ramp happens between the two)"
+        )
+    if isinstance(size_increment, bool) or not isinstance(size_increment, int) or size_increment < 1:
+        raise ValueError(f"`size_increment`={size_increment!r} must be an int >= 1")
+
+
+def progressive_resizing_scale(
+    elapsed: float,
+    width: int,
+    initial_scale: float = 0.5,
+    finetune_fraction: float = 0.2,
+    delay_fraction: float = 0.5,
+    size_increment: int = 4,
+) -> float:
+    """The scale to train at after `elapsed` (fraction of training), pinned to whole size increments.
+
+    ``initial_scale`` until ``delay_fraction``, then linear up to 1 at ``1 - finetune_fraction``,
+    then 1. The width ``round(width * scale / size_increment) * size_increment`` (at least one
+    increment, at most `width`) keeps the number of distinct shapes small (cuDNN autotuning and
+    ``torch.compile`` see each shape once); the scale returned is that width over `width`.
+    """
+    check_resizing_args("resize", initial_scale, finetune_fraction, delay_fraction, size_increment)
+    ramp = 1 - finetune_fraction - delay_fraction
+    if elapsed < delay_fraction:
+        fraction = 0.0
+    else:
+        fraction = min((elapsed - delay_fraction) / ramp, 1.0) if ramp > 0 else 1.0
+    scale = initial_scale + (1 - initial_scale) * fraction
+    pinned = round(width * scale / size_increment) * size_increment
+    return min(max(pinned, min(size_increment, width)), width) / width
+
+
+def resize_batch(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    scale_factor: float,
+    mode: str = "resize",
+    resize_targets: bool = False,
+    *,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shrink a batch of images (and, optionally, dense targets) to ``int(scale_factor * size)``.
+
+    Args:
+        input: images ``(N, C, H, W)``; any device, dtype or memory format (all kept).
+        target: returned as is unless `resize_targets`; then a mask ``(N, H', W')`` or ``(N, C', H', W')``.
+        scale_factor: the new size over the old; ``>= 1`` returns `input` and `target` themselves.
+        mode: 'resize' interpolates (bilinear for images, nearest-exact for targets so class
+            indices are never blended); 'crop' takes one random crop, the same for the whole batch.
+        resize_targets: shrink the target the same way (segmentation).
+        generator: draws the crop position (the global RNG when None); on the input's device.
+
+    Returns:
+        ``(input, target)`` resized.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"`mode`={mode!r} must be one of {_MODES}")
+    if isinstance(scale_factor, bool) or not isinstance(scale_factor, (int, float)) or not scale_factor > 0:
+        raise ValueError(f"`scale_factor`={scale_factor!r} must be a number > 0")
+    if not isinstance(input, torch.Tensor) or input.ndim != 4:
+        raise ValueError(f"`input` must be an (N, C, H, W) tensor, got {getattr(input, 'shape', type(input))}")
+    if resize_targets and (not isinstance(target, torch.Tensor) or target.ndim not in (3, 4)):
+        raise ValueError("`resize_targets`=True needs a (N, H, W) or (N, C, H, W) target tensor")
+    if scale_factor >= 1:
+        return input, target
+    if mode == "crop":
+        return _crop(input, target, scale_factor, resize_targets, generator)
+    new_input = _interpolate(input, scale_factor, "bilinear")
+    return new_input, (_interpolate(target, scale_factor, "nearest-exact") if resize_targets else target)
+
+
+def _size(size: int, scale: float) -> int:
+    return max(1, math.floor(size * scale + 1e-9))  # int(scale * size), robust to scale = k / size rounding
+
+
+def _interpolate(x: torch.Tensor, scale: float, mode: str) -> torch.Tensor:
+    images = x.unsqueeze(1) if x.ndim == 3 else x
+    size = (_size(images.shape[-2], scale), _size(images.shape[-1], scale))
+    work = images if images.is_floating_point() else images.float()
+    out = F.interpolate(work, size=size, mode=mode, **({"align_corners": False} if mode == "bilinear" else {}))
+    if not images.is_floating_point():
+        out = out.round().to(images.dtype)
+    out = _same_format(out, images)
+    return out.squeeze(1) if x.ndim == 3 else out
+
+
+def _crop(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    scale: float,
+    resize_targets: bool,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One crop for the whole batch; its offsets stay on the device (no host sync)."""
+    height, width = input.shape[-2:]
+    crop_h, crop_w = _size(height, scale), _size(width, scale)
+    device = input.device
+    top = torch.randint(0, height - crop_h + 1, (), generator=generator, device=device)
+    left = torch.randint(0, width - crop_w + 1, (), generator=generator, device=device)
+    new_input = _same_format(_take(input, top, left, crop_h, crop_w), input)
+    if not resize_targets:
+        return new_input, target
+    t_height, t_width = target.shape[-2:]  # the same region, in the target's own resolution
+    t_top, t_left = top * t_height // height, left * t_width // width
+    new_target = _take(target, t_top, t_left, _size(t_height, scale), _size(t_width, scale))
+    return new_input, _same_format(new_target, target)
+
+
+def _take(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    rows = top + torch.arange(height, device=x.device)
+    cols = left + torch.arange(width, device=x.device)
+    return x.index_select(-2, rows).index_select(-1, cols)
+
+
+def _same_format(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """channels_last in, channels_last out (interpolate and index_select may not keep it)."""
+    if like.ndim == 4 and like.is_contiguous(memory_format=torch.channels_last) and not like.is_contiguous():
+        return out.contiguous(memory_format=torch.channels_last)
+    return out

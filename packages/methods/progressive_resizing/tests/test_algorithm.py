@@ -1,0 +1,87 @@
+"""ProgressiveResizing adapter: the schedule over a run, batch keys, targets, validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cadence_progressive_resizing import ProgressiveResizing
+
+from cadence import Event, InMemoryLogger, Logger, Resource, State, Timestamp
+from cadence.testing import tiny_image_classifier
+
+
+def _apply(algorithm: ProgressiveResizing, batch: object, at_batch: int = 0, max_duration: str | None = "10ba"):
+    state = State(model=tiny_image_classifier(), max_duration=max_duration)
+    state.batch = batch
+    state.timestamp = Timestamp(batch=at_batch, batch_in_epoch=at_batch)
+    destination = InMemoryLogger()
+    for event in (Event.INIT, Event.AFTER_DATALOADER):
+        assert algorithm.match(event, state)
+        algorithm.apply(event, state, Logger(state, [destination]))
+    return state, destination
+
+
+def test_matches_only_init_and_after_dataloader() -> None:
+    state = State(model=tiny_image_classifier())
+    assert [e for e in Event if ProgressiveResizing().match(e, state)] == [Event.INIT, Event.AFTER_DATALOADER]
+
+
+@pytest.mark.parametrize(("at_batch", "width"), [(0, 16), (5, 16), (6, 20), (7, 28), (8, 32), (9, 32)])
+def test_follows_the_schedule_over_a_run(at_batch: int, width: int) -> None:
+    """10 batches, delay 0.5, finetune 0.2: 0.5 until batch 5, ramp over batches 5-8, full size from batch 8."""
+    batch = (torch.rand(2, 3, 32, 32), torch.arange(2))
+    state, logged = _apply(ProgressiveResizing(), batch, at_batch)
+    assert state.batch[0].shape == (2, 3, width, width)
+    assert logged.data["progressive_resizing/width"][-1][1] == width
+    if width == 32:
+        assert state.batch[0] is batch[0]  # full size: the very same tensor, no copy
+
+
+def test_dict_batch_and_segmentation_targets() -> None:
+    batch = {"x": torch.rand(2, 3, 16, 16), "mask": torch.randint(0, 3, (2, 16, 16))}
+    algorithm = ProgressiveResizing(mode="crop", resize_targets=True, input_key="x", target_key="mask")
+    state, _ = _apply(algorithm, batch)
+    assert state.batch["x"].shape == (2, 3, 8, 8) and state.batch["mask"].shape == (2, 8, 8)
+    assert batch["x"].shape == (2, 3, 16, 16)  # the user's batch is not changed in place
+
+
+def test_targets_are_not_read_unless_resized() -> None:
+    state, _ = _apply(ProgressiveResizing(input_key="x"), {"x": torch.rand(2, 3, 16, 16)})
+    assert state.batch["x"].shape == (2, 3, 8, 8)
+
+
+def test_keeps_channels_last() -> None:
+    x = torch.rand(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    state, _ = _apply(ProgressiveResizing(), (x, torch.arange(2)))
+    assert state.batch[0].is_contiguous(memory_format=torch.channels_last)
+
+
+def test_needs_max_duration() -> None:
+    with pytest.raises(ValueError, match="max_duration"):
+        _apply(ProgressiveResizing(), (torch.rand(1, 3, 8, 8), torch.arange(1)), max_duration=None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"initial_scale": 1.5}, "`initial_scale`"),
+        ({"initial_scale": 0.0}, "`initial_scale`"),
+        ({"finetune_fraction": -0.1}, "`finetune_fraction`"),
+        ({"delay_fraction": 1.2}, "`delay_fraction`"),
+        ({"delay_fraction": 0.6, "finetune_fraction": 0.5}, "must be <= 1"),
+        ({"size_increment": 0}, "`size_increment`"),
+        ({"mode": "bicubic"}, "`mode`"),
+    ],
+)
+def test_bad_hyperparameters_raise_at_construction(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ProgressiveResizing(**kwargs)
+
+
+def test_effects_and_repr() -> None:
+    assert ProgressiveResizing().effects().writes == {Resource.INPUTS}
+    assert ProgressiveResizing(resize_targets=True).effects().writes == {Resource.INPUTS, Resource.TARGETS}
+    assert repr(ProgressiveResizing()) == (
+        "ProgressiveResizing(mode='resize', initial_scale=0.5, finetune_fraction=0.2, delay_fraction=0.5, "
+        "size_increment=4, resize_targets=False, input_key=0, target_key=1)"
+    )

@@ -1,0 +1,136 @@
+"""Selective Backprop as pure functions: when to select, and which samples to keep by their loss."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["select_indices_using_loss", "select_using_loss", "should_selective_backprop"]
+
+_INTERPOLATION = {3: "linear", 4: "bilinear", 5: "trilinear"}
+
+
+def check_selective_backprop_args(start: float, end: float, keep: float, scale_factor: float, interrupt: int) -> None:
+    """Reject hyperparameters that cannot work, naming the argument and the allowed range."""
+    for name, value in (("start", start), ("end", end)):
+        if not _is_number(value) or not 0 <= value <= 1:
+            raise ValueError(f"`{name}`={value!r} must be a fraction of training in [0, 1]")
+    if start >= end:
+        raise ValueError(f"`start`={start} must be < `end`={end}: Selective Backprop runs while start <= t < end")
+    _check_keep_and_scale(keep, scale_factor)
+    if isinstance(interrupt, bool) or not isinstance(interrupt, int) or interrupt < 0:
+        raise ValueError(f"`interrupt`={interrupt!r} must be an int >= 0 (0: never interrupt)")
+
+
+def should_selective_backprop(
+    current_duration: float, batch_idx: int, start: float = 0.5, end: float = 0.9, interrupt: int = 2
+) -> bool:
+    """True when this batch should be pruned: ``start <= current_duration < end``, except every
+    `interrupt`-th batch of the epoch (``(batch_idx + 1) % interrupt == 0``), which trains on the whole
+    batch to keep convergence; ``interrupt=0`` never interrupts.
+
+    Args:
+        current_duration: elapsed fraction of training.
+        batch_idx: index of the batch within the epoch.
+        start, end: the window, as fractions of training.
+        interrupt: period of the full batches inside the window.
+    """
+    in_window = start <= current_duration < end
+    return in_window and (interrupt == 0 or (batch_idx + 1) % interrupt != 0)
+
+
+def select_using_loss(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    model: Callable[[torch.Tensor], Any],
+    loss_fun: Callable[..., torch.Tensor],
+    keep: float = 0.5,
+    scale_factor: float = 1,
+    *,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``(input, target)`` rows `select_indices_using_loss` keeps (the same objects when it keeps all)."""
+    kept = select_indices_using_loss(input, target, model, loss_fun, keep, scale_factor, generator=generator)
+    if kept.numel() == input.shape[0]:
+        return input, target
+    return input[kept], target[kept]
+
+
+def select_indices_using_loss(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    model: Callable[[torch.Tensor], Any],
+    loss_fun: Callable[..., torch.Tensor],
+    keep: float = 0.5,
+    scale_factor: float = 1,
+    *,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Indices of ``max(1, int(keep * N))`` samples drawn without replacement, favouring high loss.
+
+    Samples the model already gets right teach little, so the backward pass is spent on the
+    others (Jiang et al., 2019). One no-grad forward scores every sample; ranked by ascending
+    loss, the sample at rank percentile ``p = (rank + 0.5) / N`` is drawn with weight
+    ``p ** (1 / keep - 1)`` (uniform when ``keep = 1``). At least one sample is kept: with
+    ``int(keep * N) == 0`` (e.g. N = 1) the batch is never emptied. When every sample is kept
+    the model is not called and ``arange(N)`` is returned.
+
+    Args:
+        input: the batch's inputs, samples first.
+        target: the batch's targets, passed to `loss_fun`.
+        model: ``model(input) -> outputs``; called under ``torch.no_grad()`` in whatever mode
+            (train/eval) it is in: put it in eval mode to keep BatchNorm statistics unchanged.
+        loss_fun: ``loss_fun(outputs, target, reduction='none')``, per-sample losses ``(N,)``
+            (or ``(N, ...)``, averaged per sample).
+        keep: fraction of the batch kept, in (0, 1].
+        scale_factor: downsample 3-D to 5-D inputs by this factor (linear/bilinear/trilinear)
+            for a cheaper scoring pass, in (0, 1]; the kept samples stay full size.
+        generator: draws the samples (the global RNG when None); on the input's device.
+    """
+    _check_keep_and_scale(keep, scale_factor)
+    if scale_factor != 1 and input.ndim not in _INTERPOLATION:
+        raise ValueError(f"`scale_factor`={scale_factor} needs a 3-D to 5-D input to downsample, got {input.ndim}-D")
+    if not callable(loss_fun) or not takes_reduction(loss_fun):
+        raise TypeError("`loss_fun` must be callable as loss_fun(outputs, target, reduction='none')")
+    num_samples = input.shape[0]
+    num_kept = max(1, int(keep * num_samples))
+    if num_kept >= num_samples:
+        return torch.arange(num_samples, device=input.device)
+    with torch.no_grad():
+        scored = input
+        if scale_factor != 1:
+            scored = F.interpolate(input, scale_factor=scale_factor, mode=_INTERPOLATION[input.ndim])
+        losses = loss_fun(model(scored), target, reduction="none")
+    if not isinstance(losses, torch.Tensor) or losses.ndim == 0 or losses.shape[0] != num_samples:
+        shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
+        raise ValueError(
+            f"`loss_fun`(..., reduction='none') must return per-sample losses ({num_samples},), got {shape}"
+        )
+    ranked = losses.reshape(num_samples, -1).float().mean(dim=1).argsort()  # ascending loss
+    percentile = (torch.arange(num_samples, device=input.device, dtype=torch.float32) + 0.5) / num_samples
+    chosen = torch.multinomial(percentile ** (1.0 / keep - 1.0), num_kept, replacement=False, generator=generator)
+    return ranked[chosen]
+
+
+def takes_reduction(function: Callable[..., Any]) -> bool:
+    """Whether `function` accepts a ``reduction=`` keyword (named, or through ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: cannot tell, so trust it
+        return True
+    return any(p.name == "reduction" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_keep_and_scale(keep: float, scale_factor: float) -> None:
+    if not _is_number(keep) or not 0 < keep <= 1:
+        raise ValueError(f"`keep`={keep!r} must be in (0, 1]: the fraction of each batch back-propagated")
+    if not _is_number(scale_factor) or not 0 < scale_factor <= 1:
+        raise ValueError(f"`scale_factor`={scale_factor!r} must be in (0, 1]: scoring may only downsample")
