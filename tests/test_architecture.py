@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import ast
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = sorted(p for p in (ROOT / "packages" / "methods").iterdir() if p.is_dir())
@@ -70,8 +70,10 @@ def test_core_never_names_a_method_or_the_harness() -> None:
 def test_core_imports_no_heavy_optional_dependency_at_import_time() -> None:
     import subprocess
 
-    code = ("import sys, cadence, cadence.functional, cadence.algorithms, cadence.loggers, cadence.models; "
-            "print(sorted(m for m in ('mlflow', 'transformers', 'timm', 'torchvision', 'torchmetrics', 'sklearn') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, cadence, cadence.functional, cadence.algorithms, cadence.loggers, cadence.models; "
+        "print(sorted(m for m in ('mlflow', 'transformers', 'timm', 'torchvision', 'torchmetrics', 'sklearn') "
+        "if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]", f"import cadence pulled in: {result.stdout.strip()}"

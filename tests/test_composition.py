@@ -31,9 +31,16 @@ def test_pair_trains_or_is_rejected_up_front(first: str, second: str) -> None:
     torch.manual_seed(0)
     model = tiny_image_classifier()
     try:
-        trainer = Trainer(model=model, train_dataloader=DataLoader(image_dataset(8), batch_size=4, shuffle=True),
-                          max_duration="2ba", optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
-                          algorithms=algorithms, seed=0, device="cpu", progress_bar=False)
+        trainer = Trainer(
+            model=model,
+            train_dataloader=DataLoader(image_dataset(8), batch_size=4, shuffle=True),
+            max_duration="2ba",
+            optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
+            algorithms=algorithms,
+            seed=0,
+            device="cpu",
+            progress_bar=False,
+        )
     except MethodConflictError as error:
         a, b = (type(x).__name__ for x in algorithms)
         assert a in str(error) and b in str(error) and "Fix:" in str(error)
@@ -46,9 +53,16 @@ def test_all_methods_together_train_or_are_rejected_up_front() -> None:
     torch.manual_seed(0)
     model = tiny_image_classifier()
     try:
-        trainer = Trainer(model=model, train_dataloader=DataLoader(image_dataset(8), batch_size=4, shuffle=True),
-                          max_duration="2ba", optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
-                          algorithms=algorithms, seed=0, device="cpu", progress_bar=False)
+        trainer = Trainer(
+            model=model,
+            train_dataloader=DataLoader(image_dataset(8), batch_size=4, shuffle=True),
+            max_duration="2ba",
+            optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
+            algorithms=algorithms,
+            seed=0,
+            device="cpu",
+            progress_bar=False,
+        )
     except MethodConflictError as error:
         named = [type(a).__name__ for a in algorithms if type(a).__name__ in str(error)]
         assert len(named) >= 2, f"a rejection must name the methods involved: {error}"

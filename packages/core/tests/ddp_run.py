@@ -49,8 +49,17 @@ def main() -> None:
     trainer.fit()
     after = trainer.eval()
     rank = trainer.state.rank
-    torch.save({"model": model.state_dict(), "before": before, "after": after, "logged": len(logger.data),
-                "world": world, "batches": trainer.state.timestamp.batch}, out / f"rank{rank}.pt")
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "before": before,
+            "after": after,
+            "logged": len(logger.data),
+            "world": world,
+            "batches": trainer.state.timestamp.batch,
+        },
+        out / f"rank{rank}.pt",
+    )
 
 
 if __name__ == "__main__":

@@ -92,8 +92,16 @@ def main() -> None:
     )
     trainer.fit()
     steps, losses = logger.get_timeseries("loss/train/total")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "steps": steps, "losses": losses, "lr": optimizer.param_groups[0]["lr"]}, args.out)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "steps": steps,
+            "losses": losses,
+            "lr": optimizer.param_groups[0]["lr"],
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

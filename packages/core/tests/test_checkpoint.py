@@ -49,9 +49,16 @@ def _trainer(folder: Path | None = None, **kwargs) -> Trainer:
     dataset = TensorDataset(torch.randn(40, 6, generator=data), torch.randint(0, 3, (40,), generator=data))
     torch.manual_seed(0)
     model = mlp_classifier(6, 3, hidden=8, dropout=0.1)
-    return Trainer(model=model, train_dataloader=DataLoader(dataset, batch_size=4, shuffle=True),
-                   optimizers=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), max_duration="2ep",
-                   save_folder=folder, seed=7, progress_bar=False, **kwargs)
+    return Trainer(
+        model=model,
+        train_dataloader=DataLoader(dataset, batch_size=4, shuffle=True),
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        max_duration="2ep",
+        save_folder=folder,
+        seed=7,
+        progress_bar=False,
+        **kwargs,
+    )
 
 
 def test_resuming_three_times_equals_never_resuming(tmp_path: Path) -> None:
@@ -65,11 +72,14 @@ def test_resuming_three_times_equals_never_resuming(tmp_path: Path) -> None:
         load_path = ckpt.find_latest(tmp_path / f"part{step}")
     assert_same_tensors(whole.state.model.state_dict(), part.state.model.state_dict(), "model")
     assert_same_tensors(whole.state.optimizers[0].state_dict(), part.state.optimizers[0].state_dict(), "optimizer")
-    assert part.state.timestamp == whole.state.timestamp.__class__(**{
-        **whole.state.timestamp.state_dict(),
-        "total_wct": part.state.timestamp.total_wct, "epoch_wct": part.state.timestamp.epoch_wct,
-        "batch_wct": part.state.timestamp.batch_wct,
-    })
+    assert part.state.timestamp == whole.state.timestamp.__class__(
+        **{
+            **whole.state.timestamp.state_dict(),
+            "total_wct": part.state.timestamp.total_wct,
+            "epoch_wct": part.state.timestamp.epoch_wct,
+            "batch_wct": part.state.timestamp.batch_wct,
+        }
+    )
 
 
 def test_checkpoint_holds_everything_and_loads_weights_only(tmp_path: Path) -> None:
@@ -79,8 +89,20 @@ def test_checkpoint_holds_everything_and_loads_weights_only(tmp_path: Path) -> N
     # saved at batches 5, 10, 15, 20 (before EPOCH_END) and at the end of fit (after it); the oldest deleted
     assert kept == ["ep1-ba20.pt", "ep2-ba20.pt"]
     payload = torch.load(tmp_path / "latest.pt", weights_only=True)
-    assert {"model", "optimizers", "schedulers", "scaler", "timestamp", "algorithms", "callbacks", "rng",
-            "train_metrics", "rank_zero_seed", "run_name", "format"} <= set(payload)
+    assert {
+        "model",
+        "optimizers",
+        "schedulers",
+        "scaler",
+        "timestamp",
+        "algorithms",
+        "callbacks",
+        "rng",
+        "train_metrics",
+        "rank_zero_seed",
+        "run_name",
+        "format",
+    } <= set(payload)
     assert payload["timestamp"]["batch"] == 20 and payload["rank_zero_seed"] == 7
     assert {"python", "torch", "numpy"} <= set(payload["rng"][0])
 
@@ -107,8 +129,13 @@ def test_refuses_to_overwrite_and_loads_strictly(tmp_path: Path) -> None:
     data = TensorDataset(torch.randn(8, 6), torch.zeros(8, dtype=torch.long))
     other = mlp_classifier(6, 3, hidden=9)  # different shapes
     with pytest.raises(RuntimeError, match="size mismatch"):
-        Trainer(model=other, train_dataloader=DataLoader(data, batch_size=4), max_duration="1ep",
-                optimizers=torch.optim.SGD(other.parameters(), lr=0.1), load_path=tmp_path / "latest.pt",
-                progress_bar=False)
+        Trainer(
+            model=other,
+            train_dataloader=DataLoader(data, batch_size=4),
+            max_duration="1ep",
+            optimizers=torch.optim.SGD(other.parameters(), lr=0.1),
+            load_path=tmp_path / "latest.pt",
+            progress_bar=False,
+        )
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         _trainer(load_path=tmp_path / "missing.pt")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -43,7 +46,7 @@ def test_prepared_loader_resumes_mid_epoch_and_leaves_the_global_rng_alone() -> 
     epoch = [b[0].tolist() for b in plan.epoch(1)]
     assert torch.equal(torch.get_rng_state(), state)  # starting an epoch drew nothing from the global RNG
     assert [b[0].tolist() for b in plan.epoch(1, skip_batches=3)] == epoch[3:]
-    assert sorted(sum(epoch, [])) == list(range(20)) and len(plan) == 5
+    assert sorted(functools.reduce(operator.iadd, epoch, [])) == list(range(20)) and len(plan) == 5
 
 
 def test_plain_iterables_are_used_as_they_are() -> None:

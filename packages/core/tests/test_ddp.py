@@ -21,11 +21,23 @@ def _free_port() -> int:
 
 def test_two_gloo_processes_match_one(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    single = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "one")], env=env,
-                            capture_output=True, text=True, timeout=300)
+    single = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "one")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert single.returncode == 0, single.stderr
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-              "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(SCRIPT), str(tmp_path / "two")]
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(SCRIPT),
+        str(tmp_path / "two"),
+    ]
     ddp = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=300)
     assert ddp.returncode == 0, ddp.stderr[-4000:]
 
@@ -44,4 +56,8 @@ def test_two_gloo_processes_match_one(tmp_path: Path) -> None:
     # only rank 0 logs and writes checkpoints
     assert rank0["logged"] > 0 and rank1["logged"] == 0
     assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").glob("*.pt")) == [
-        "ep1-ba4.pt", "ep2-ba8.pt", "ep3-ba12.pt", "latest.pt"]
+        "ep1-ba4.pt",
+        "ep2-ba8.pt",
+        "ep3-ba12.pt",
+        "latest.pt",
+    ]

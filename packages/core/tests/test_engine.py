@@ -34,8 +34,12 @@ def test_sorted_by_order_and_reversed_on_after_events() -> None:
     engine.run_event(Event.BEFORE_LOSS)
     engine.run_event("after_loss")
     assert log == [
-        "a@before_loss", "b@before_loss", "c@before_loss",  # ties keep the user's order
-        "c@after_loss", "b@after_loss", "a@after_loss",  # FILO: nests like context managers
+        "a@before_loss",
+        "b@before_loss",
+        "c@before_loss",  # ties keep the user's order
+        "c@after_loss",
+        "b@after_loss",
+        "a@after_loss",  # FILO: nests like context managers
     ]
 
 
@@ -90,7 +94,7 @@ def test_exceptions_name_the_method_and_event() -> None:
             raise ZeroDivisionError("boom")
 
     engine = Engine(_state(), algorithms=[Broken()])
-    with pytest.raises(MethodError, match="Broken failed on event 'batch_end': ZeroDivisionError: boom") as info:
+    with pytest.raises(MethodError, match=r"Broken failed on event 'batch_end': ZeroDivisionError: boom") as info:
         engine.run_event(Event.BATCH_END)
     assert isinstance(info.value.__cause__, ZeroDivisionError)
     assert info.value.owner == "Broken" and info.value.event is Event.BATCH_END
@@ -138,7 +142,7 @@ def test_named_conflicts_and_bad_entries() -> None:
         def effects(self) -> Effects:
             return Effects()
 
-    with pytest.raises(MethodConflictError, match="Averager and OtherAverager .* Fix: use one weight-averaging"):
+    with pytest.raises(MethodConflictError, match=r"Averager and OtherAverager .* Fix: use one weight-averaging"):
         Engine(_state(), algorithms=[OtherAverager(), Averager()])
     with pytest.raises(TypeError, match=r"algorithms\[0\] is the class Averager; pass an instance: Averager\(\)"):
         Engine(_state(), algorithms=[Averager])  # type: ignore[list-item]

@@ -67,16 +67,25 @@ def test_installed_plugins_appear_lazily(plugin_path: Path) -> None:
 
 def test_broken_plugin_is_reported_with_its_name_and_reason(plugin_path: Path) -> None:
     _distribution(plugin_path, "cadence-test-shout", "shout = cadence_test_shout:Shout", "cadence_test_shout", PLUGIN)
-    _distribution(plugin_path, "cadence-broken", "broken = broken_plugin:Thing", "broken_plugin",
-                  "raise ImportError('needs libfoo')\n")
+    _distribution(
+        plugin_path,
+        "cadence-broken",
+        "broken = broken_plugin:Thing",
+        "broken_plugin",
+        "raise ImportError('needs libfoo')\n",
+    )
     importlib.invalidate_caches()
-    with pytest.warns(PluginWarning, match="could not load method 'broken' from broken_plugin:Thing: ImportError: needs libfoo"):
+    with pytest.warns(
+        PluginWarning, match="could not load method 'broken' from broken_plugin:Thing: ImportError: needs libfoo"
+    ):
         built = build_registry()
     assert "shout" in built.methods and built.broken == {"broken": "ImportError: needs libfoo"}
 
 
 def test_duplicate_names_are_errors(plugin_path: Path) -> None:
-    _distribution(plugin_path / "a", "cadence-test-one", "shout = cadence_test_shout:Shout", "cadence_test_shout", PLUGIN)
+    _distribution(
+        plugin_path / "a", "cadence-test-one", "shout = cadence_test_shout:Shout", "cadence_test_shout", PLUGIN
+    )
     _distribution(plugin_path / "b", "cadence-test-two", "shout = cadence_test_other:Shout")
     sys.path[:0] = [str(plugin_path / "a"), str(plugin_path / "b")]
     try:

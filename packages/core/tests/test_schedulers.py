@@ -53,10 +53,17 @@ def test_trainer_applies_the_schedule_every_batch_and_scales_the_run() -> None:
     data = TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,)))
     model = mlp_classifier(4, 2)
     logger = InMemoryLogger()
-    trainer = Trainer(model=model, train_dataloader=DataLoader(data, batch_size=10), max_duration="4ep",
-                      optimizers=torch.optim.SGD(model.parameters(), lr=1.0),
-                      schedulers=LinearWithWarmupScheduler(t_warmup="2ba", alpha_f=0.0),
-                      scale_schedule_ratio=0.5, loggers=[logger], progress_bar=False, seed=0)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=10),
+        max_duration="4ep",
+        optimizers=torch.optim.SGD(model.parameters(), lr=1.0),
+        schedulers=LinearWithWarmupScheduler(t_warmup="2ba", alpha_f=0.0),
+        scale_schedule_ratio=0.5,
+        loggers=[logger],
+        progress_bar=False,
+        seed=0,
+    )
     trainer.fit()
     assert trainer.state.timestamp.batch == 8  # 4 epochs * 0.5 = 2 epochs of 4 batches
     _, lrs = logger.get_timeseries("lr-SGD/group0")
@@ -65,12 +72,17 @@ def test_trainer_applies_the_schedule_every_batch_and_scales_the_run() -> None:
 
 
 def test_bad_schedule_arguments() -> None:
-    with pytest.raises(ValueError, match="t_warmup='1.5ep'"):
+    with pytest.raises(ValueError, match=r"t_warmup='1\.5ep'"):
         CosineAnnealingWithWarmupScheduler(t_warmup="1.5ep")
     with pytest.raises(ValueError, match="alpha_f=2"):
         CosineAnnealingWithWarmupScheduler(t_warmup="1ba", alpha_f=2)
     model = mlp_classifier(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     with pytest.raises(ValueError, match="cannot rescale torch LRSchedulers"):
-        Trainer(model=model, optimizers=optimizer, schedulers=torch.optim.lr_scheduler.StepLR(optimizer, 1),
-                scale_schedule_ratio=2.0, progress_bar=False)
+        Trainer(
+            model=model,
+            optimizers=optimizer,
+            schedulers=torch.optim.lr_scheduler.StepLR(optimizer, 1),
+            scale_schedule_ratio=2.0,
+            progress_bar=False,
+        )

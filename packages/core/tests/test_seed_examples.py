@@ -112,9 +112,15 @@ def test_composer_model_guide_resnet18() -> None:
     data = TensorDataset(torch.rand(8, 3, 32, 32), torch.randint(0, 10, (8,)))
     model = ResNet18()
     logger = InMemoryLogger()
-    Trainer(model=model, train_dataloader=DataLoader(data, batch_size=4), max_duration="2ba",
-            optimizers=torch.optim.SGD(model.parameters(), lr=0.01), loggers=[logger], device="cpu",
-            progress_bar=False).fit()
+    Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=4),
+        max_duration="2ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
+        loggers=[logger],
+        device="cpu",
+        progress_bar=False,
+    ).fit()
     _, losses = logger.get_timeseries("loss/train/total")
     assert len(losses) == 2
 
@@ -143,7 +149,12 @@ def test_algorithm_base_properties_are_honoured() -> None:
     assert MixUp.required_on_load() is False
     model = mlp_classifier(4, 2)
     data = TensorDataset(torch.randn(4, 4), torch.randint(0, 2, (4,)))
-    Trainer(model=model, train_dataloader=DataLoader(data, batch_size=4), max_duration="1ba",
-            optimizers=torch.optim.SGD(model.parameters(), lr=0.1), algorithms=[GradientPenalty()],
-            progress_bar=False).fit()
+    Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=4),
+        max_duration="1ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        algorithms=[GradientPenalty()],
+        progress_bar=False,
+    ).fit()
     assert seen["differentiable"] is True

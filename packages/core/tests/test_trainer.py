@@ -7,7 +7,6 @@ import collections
 import numpy as np
 import pytest
 import torch
-
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Callback, Classifier, Event, InMemoryLogger, Trainer
@@ -19,9 +18,17 @@ def test_learns_sklearn_digits(digits_loaders) -> None:
     torch.manual_seed(0)
     model = mlp_classifier()
     logger = InMemoryLogger()
-    trainer = Trainer(model=model, train_dataloader=train, eval_dataloader=test, max_duration="4ep",
-                      optimizers=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                      loggers=[logger], seed=0, device="cpu", progress_bar=False)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=train,
+        eval_dataloader=test,
+        max_duration="4ep",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        loggers=[logger],
+        seed=0,
+        device="cpu",
+        progress_bar=False,
+    )
     trainer.fit()
     _, losses = logger.get_timeseries("loss/train/total")
     assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
@@ -38,10 +45,16 @@ def test_learns_fashion_mnist_from_the_shared_data(tiny_npz) -> None:
     yt = torch.tensor(data["fashion_mnist_y_test"])
     torch.manual_seed(0)
     model = tiny_image_classifier(num_classes=10, in_channels=1)
-    trainer = Trainer(model=model, train_dataloader=DataLoader(TensorDataset(x, y), batch_size=25, shuffle=True),
-                      eval_dataloader=DataLoader(TensorDataset(xt, yt), batch_size=100), max_duration="8ep",
-                      optimizers=torch.optim.Adam(model.parameters(), lr=3e-3), seed=0, device="cpu",
-                      progress_bar=False)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(TensorDataset(x, y), batch_size=25, shuffle=True),
+        eval_dataloader=DataLoader(TensorDataset(xt, yt), batch_size=100),
+        max_duration="8ep",
+        optimizers=torch.optim.Adam(model.parameters(), lr=3e-3),
+        seed=0,
+        device="cpu",
+        progress_bar=False,
+    )
     before = trainer.eval()["MulticlassAccuracy"]
     trainer.fit()
     after = trainer.eval()["MulticlassAccuracy"]
@@ -61,19 +74,40 @@ def test_event_counts_per_batch_and_microbatch(microbatch: int | None, per_batch
     counter = EventCounter()
     data = TensorDataset(torch.randn(24, 8), torch.randint(0, 3, (24,)))  # 3 batches of 8 per epoch
     model = mlp_classifier(8, 3)
-    Trainer(model=model, train_dataloader=DataLoader(data, batch_size=8), max_duration="2ep",
-            optimizers=torch.optim.SGD(model.parameters(), lr=0.1), callbacks=[counter],
-            eval_dataloader=DataLoader(data, batch_size=12), eval_interval="3ba",
-            device_train_microbatch_size=microbatch, progress_bar=False, seed=0).fit()
+    Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=8),
+        max_duration="2ep",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        callbacks=[counter],
+        eval_dataloader=DataLoader(data, batch_size=12),
+        eval_interval="3ba",
+        device_train_microbatch_size=microbatch,
+        progress_bar=False,
+        seed=0,
+    ).fit()
     batches, epochs = 6, 2
     c = counter.counts
     assert c[Event.INIT] == c[Event.BEFORE_LOAD] == c[Event.AFTER_LOAD] == c[Event.FIT_START] == c[Event.FIT_END] == 1
     assert c[Event.EPOCH_START] == c[Event.EPOCH_END] == c[Event.EPOCH_CHECKPOINT] == epochs
-    for event in (Event.BEFORE_DATALOADER, Event.AFTER_DATALOADER, Event.BATCH_START, Event.BEFORE_TRAIN_BATCH,
-                  Event.AFTER_TRAIN_BATCH, Event.BATCH_END, Event.BATCH_CHECKPOINT):
+    for event in (
+        Event.BEFORE_DATALOADER,
+        Event.AFTER_DATALOADER,
+        Event.BATCH_START,
+        Event.BEFORE_TRAIN_BATCH,
+        Event.AFTER_TRAIN_BATCH,
+        Event.BATCH_END,
+        Event.BATCH_CHECKPOINT,
+    ):
         assert c[event] == batches, event
-    for event in (Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS, Event.AFTER_LOSS,
-                  Event.BEFORE_BACKWARD, Event.AFTER_BACKWARD):
+    for event in (
+        Event.BEFORE_FORWARD,
+        Event.AFTER_FORWARD,
+        Event.BEFORE_LOSS,
+        Event.AFTER_LOSS,
+        Event.BEFORE_BACKWARD,
+        Event.AFTER_BACKWARD,
+    ):
         assert c[event] == batches * per_batch, event
     assert c[Event.EVAL_START] == c[Event.EVAL_END] == 2  # at batches 3 and 6
     assert c[Event.EVAL_BATCH_START] == 4
@@ -83,9 +117,15 @@ def _one_step(microbatch: int | None) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = mlp_classifier(8, 3, hidden=16)
     data = TensorDataset(torch.randn(16, 8, generator=torch.Generator().manual_seed(1)), torch.arange(16) % 3)
-    Trainer(model=model, train_dataloader=DataLoader(data, batch_size=16), max_duration="1ba",
-            optimizers=torch.optim.SGD(model.parameters(), lr=0.5), device_train_microbatch_size=microbatch,
-            progress_bar=False, seed=0).fit()
+    Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=16),
+        max_duration="1ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.5),
+        device_train_microbatch_size=microbatch,
+        progress_bar=False,
+        seed=0,
+    ).fit()
     return model.state_dict()
 
 
@@ -102,20 +142,34 @@ def test_duration_in_samples_and_batches_stops_mid_epoch() -> None:
     data = TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,)))
     for duration, batches in (("5ba", 5), ("48sp", 6)):
         model = mlp_classifier(4, 2)
-        trainer = Trainer(model=model, train_dataloader=DataLoader(data, batch_size=8), max_duration=duration,
-                          optimizers=torch.optim.SGD(model.parameters(), lr=0.1), progress_bar=False, seed=0)
+        trainer = Trainer(
+            model=model,
+            train_dataloader=DataLoader(data, batch_size=8),
+            max_duration=duration,
+            optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+            progress_bar=False,
+            seed=0,
+        )
         trainer.fit()
         assert trainer.state.timestamp.batch == batches
         assert trainer.state.timestamp.epoch == 1 and trainer.state.timestamp.batch_in_epoch == batches - 5
 
 
 def test_bf16_autocast_and_train_metrics_on_cpu(digits_loaders) -> None:
-    train, test = digits_loaders
+    train, _test = digits_loaders
     model = mlp_classifier()
     logger = InMemoryLogger()
-    Trainer(model=model, train_dataloader=train, max_duration="1ep", precision="amp_bf16", loggers=[logger],
-            optimizers=torch.optim.SGD(model.parameters(), lr=0.1), compute_train_metrics=True,
-            progress_bar=False, seed=0).fit()
+    Trainer(
+        model=model,
+        train_dataloader=train,
+        max_duration="1ep",
+        precision="amp_bf16",
+        loggers=[logger],
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        compute_train_metrics=True,
+        progress_bar=False,
+        seed=0,
+    ).fit()
     assert 0.0 < logger.most_recent_values["metrics/train/MulticlassAccuracy"] <= 1.0
 
 
@@ -161,11 +215,11 @@ def test_bad_input_fails_before_training(kwargs, error, pattern) -> None:
 
 
 def test_models_without_a_loss_and_bad_classifiers_are_refused() -> None:
-    with pytest.raises(TypeError, match="wrap a classification module in cadence.Classifier"):
+    with pytest.raises(TypeError, match=r"wrap a classification module in cadence\.Classifier"):
         Trainer(model=_NoLoss(), max_duration="1ep")
     with pytest.raises(ValueError, match="num_classes=None"):
         Classifier(torch.nn.Linear(2, 2))
-    with pytest.raises(TypeError, match="must be a torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"must be a torch\.nn\.Module"):
         Classifier("resnet", num_classes=3)  # type: ignore[arg-type]
 
 
@@ -183,9 +237,16 @@ def test_fit_without_data_or_optimizer_explains_what_is_missing() -> None:
 def test_fp16_autocast_uses_a_grad_scaler_that_is_checkpointed(tmp_path) -> None:
     data = TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,)))
     model = mlp_classifier(8, 3)
-    trainer = Trainer(model=model, train_dataloader=DataLoader(data, batch_size=8), max_duration="1ep",
-                      precision="amp_fp16", optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
-                      save_folder=tmp_path, progress_bar=False, seed=0)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=8),
+        max_duration="1ep",
+        precision="amp_fp16",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        save_folder=tmp_path,
+        progress_bar=False,
+        seed=0,
+    )
     assert trainer.state.scaler is not None
     trainer.fit()
     payload = torch.load(tmp_path / "latest.pt", weights_only=True)

@@ -16,6 +16,7 @@ Composer. cadence adds three declarations the engine uses before training starts
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -117,5 +118,29 @@ class Algorithm(ABC):
     def name(self) -> str:
         return type(self).__name__
 
+    def hparams(self) -> dict[str, Any]:
+        """The constructor's arguments by name, read back from attributes of the same name.
+
+        Used by `repr` and by loggers (the harness logs them as MLflow params). Methods that
+        store an argument under another name override this.
+        """
+        params = inspect.signature(type(self).__init__).parameters
+        skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        return {
+            name: getattr(self, name)
+            for name, param in params.items()
+            if name != "self" and param.kind not in skip and hasattr(self, name)
+        }
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        args = ", ".join(f"{name}={_show(value)}" for name, value in self.hparams().items())
+        return f"{type(self).__name__}({args})"
+
+
+def _show(value: Any) -> str:
+    """repr() without memory addresses: callables (e.g. batch getter/setter pairs) by qualified name."""
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_show(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if callable(value) and not isinstance(value, type):
+        return getattr(value, "__qualname__", type(value).__name__)
+    return repr(value)

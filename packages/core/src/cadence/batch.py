@@ -8,25 +8,36 @@ it returns a new batch (tuples are rebuilt, dicts are shallow-copied).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import torch
 
 __all__ = [
     "BatchKey",
     "batch_get_item",
-    "batch_set_item",
     "batch_num_samples",
     "batch_num_tokens",
+    "batch_set_item",
     "batch_to_device",
+    "check_batch_key",
     "split_batch",
 ]
 
-BatchKey = Union[int, str, tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]]
+BatchKey = int | str | tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]
 
 
 def _is_getter_setter(key: Any) -> bool:
     return isinstance(key, tuple) and len(key) == 2 and all(callable(k) for k in key)
+
+
+def check_batch_key(name: str, key: Any) -> BatchKey:
+    """Validate a user's batch key up front (e.g. a method's ``input_key``); returns it unchanged."""
+    if not (_is_getter_setter(key) or isinstance(key, str) or (isinstance(key, int) and not isinstance(key, bool))):
+        raise TypeError(
+            f"`{name}`={key!r} must be an int (tuple batches), a str (dict batches) or a (getter, setter) "
+            "pair of callables"
+        )
+    return key
 
 
 def batch_get_item(batch: Any, key: BatchKey) -> Any:
@@ -58,9 +69,7 @@ def batch_set_item(batch: Any, key: BatchKey, value: Any) -> Any:
         items = list(batch)
         items[key] = value
         return type(batch)(items) if isinstance(batch, list) else tuple(items)
-    raise TypeError(
-        f"cannot set key {key!r} on a batch of type {type(batch).__name__}; pass a (getter, setter) pair"
-    )
+    raise TypeError(f"cannot set key {key!r} on a batch of type {type(batch).__name__}; pass a (getter, setter) pair")
 
 
 def _first_tensor(batch: Any) -> torch.Tensor | None:

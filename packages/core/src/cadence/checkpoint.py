@@ -150,7 +150,9 @@ def _restore_named_states(objects: list[Any], saved: list[list[Any]], kind: str)
         if waiting.get(name):
             waiting[name].pop(0).load_state_dict(state)
         elif state:
-            warnings.warn(f"the checkpoint holds state for {kind} {name}, which this run does not use; ignored")
+            warnings.warn(
+                f"the checkpoint holds state for {kind} {name}, which this run does not use; ignored", stacklevel=2
+            )
 
 
 def run_payload(state: Any, rng_by_rank: list[dict[str, Any]], scheduler_states: list[Any]) -> dict[str, Any]:
@@ -176,17 +178,23 @@ def restore_run(state: Any, payload: dict[str, Any], schedulers: list[Any]) -> d
     from cadence.time import Timestamp
 
     if payload.get("format") != FORMAT_VERSION:
-        raise ValueError(f"checkpoint format {payload.get('format')!r} is not {FORMAT_VERSION}; it was written "
-                         "by an incompatible cadence version")
+        raise ValueError(
+            f"checkpoint format {payload.get('format')!r} is not {FORMAT_VERSION}; it was written "
+            "by an incompatible cadence version"
+        )
     state.model.load_state_dict(payload["model"], strict=True)
     if len(payload["optimizers"]) != len(state.optimizers):
-        raise ValueError(f"the checkpoint has {len(payload['optimizers'])} optimizer(s), this run "
-                         f"{len(state.optimizers)}; pass the same optimizers as the run that wrote it")
+        raise ValueError(
+            f"the checkpoint has {len(payload['optimizers'])} optimizer(s), this run "
+            f"{len(state.optimizers)}; pass the same optimizers as the run that wrote it"
+        )
     for optimizer, saved in zip(state.optimizers, payload["optimizers"]):
         optimizer.load_state_dict(saved)
     if len(payload["schedulers"]) != len(schedulers):
-        raise ValueError(f"the checkpoint has {len(payload['schedulers'])} scheduler(s), this run "
-                         f"{len(schedulers)}; pass the same schedulers as the run that wrote it")
+        raise ValueError(
+            f"the checkpoint has {len(payload['schedulers'])} scheduler(s), this run "
+            f"{len(schedulers)}; pass the same schedulers as the run that wrote it"
+        )
     for scheduler, saved in zip(schedulers, payload["schedulers"]):
         scheduler.load_state_dict(saved)
     if state.scaler is not None and payload["scaler"] is not None:

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 
-__all__ = ["ResumableSampler", "LoaderPlan", "prepare_loader"]
+__all__ = ["LoaderPlan", "ResumableSampler", "prepare_loader"]
 
 
 class ResumableSampler(Sampler[int]):
@@ -158,9 +158,7 @@ class LoaderPlan:
         return itertools.islice(iterator, skip_batches, None) if skip_batches else iterator
 
 
-def prepare_loader(
-    loader: Iterable[Any], *, seed: int, rank: int, world_size: int, train: bool
-) -> LoaderPlan:
+def prepare_loader(loader: Iterable[Any], *, seed: int, rank: int, world_size: int, train: bool) -> LoaderPlan:
     """Take over a user's loader: rebuild standard DataLoaders around `ResumableSampler`.
 
     Loaders cadence cannot rebuild (iterable datasets, custom samplers, plain iterables)
@@ -170,9 +168,7 @@ def prepare_loader(
     if isinstance(loader, DataLoader):
         shuffle = _shuffle_of(loader)
         rebuildable = (
-            shuffle is not None
-            and loader.batch_size is not None
-            and not isinstance(loader.dataset, IterableDataset)
+            shuffle is not None and loader.batch_size is not None and not isinstance(loader.dataset, IterableDataset)
         )
         if rebuildable:
             sampler = ResumableSampler(

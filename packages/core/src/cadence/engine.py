@@ -35,7 +35,9 @@ def check_composition(algorithms: Sequence[Algorithm]) -> None:
     """Reject a list of methods that cannot run together, before anything trains."""
     for index, algorithm in enumerate(algorithms):
         if isinstance(algorithm, type):
-            raise TypeError(f"algorithms[{index}] is the class {algorithm.__name__}; pass an instance: {algorithm.__name__}()")
+            raise TypeError(
+                f"algorithms[{index}] is the class {algorithm.__name__}; pass an instance: {algorithm.__name__}()"
+            )
         if not isinstance(algorithm, Algorithm):
             raise TypeError(
                 f"algorithms[{index}] is a {type(algorithm).__name__}, not a cadence.Algorithm; "
@@ -95,7 +97,7 @@ class Engine:
 
     # Planning ---------------------------------------------------------------------
     def _refresh_plan(self) -> None:
-        key = tuple(map(id, self.state.algorithms)) + (-1,) + tuple(map(id, self.state.callbacks))
+        key = (*tuple(map(id, self.state.algorithms)), -1, *tuple(map(id, self.state.callbacks)))
         if key == self._plan_key:
             return
         ranked = sorted(self.state.algorithms, key=lambda algorithm: algorithm.order)  # stable
@@ -115,9 +117,7 @@ class Engine:
         self._refresh_plan()
         lines = ["event                 methods (in run order) | callbacks"]
         for event in Event:
-            methods = [
-                a.name if a.events else f"{a.name}(match decides)" for a in self._algorithm_plan[event]
-            ]
+            methods = [a.name if a.events else f"{a.name}(match decides)" for a in self._algorithm_plan[event]]
             callbacks = [type(c).__name__ for c in self._callback_plan[event]]
             if methods or callbacks:
                 lines.append(f"{event.value:<21} {', '.join(methods) or '-'} | {', '.join(callbacks) or '-'}")

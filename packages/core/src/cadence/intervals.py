@@ -4,7 +4,6 @@ or a callable ``(state, event) -> bool`` asked at every ``BATCH_END`` and ``EPOC
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Union
 
 from cadence.event import Event
 from cadence.state import State
@@ -13,7 +12,7 @@ from cadence.time import Time, TimeUnit
 __all__ = ["Interval", "IntervalLike", "parse_interval"]
 
 Interval = Callable[[State, Event], bool]
-IntervalLike = Union[str, int, Time, Interval]
+IntervalLike = str | int | Time | Interval
 
 
 def parse_interval(value: IntervalLike, name: str) -> Interval | None:

@@ -26,8 +26,8 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "MethodInfo",
     "PluginWarning",
-    "RegistryError",
     "Registry",
+    "RegistryError",
     "registry",
 ]
 

@@ -64,8 +64,9 @@ class MethodRNG:
         self._generator: torch.Generator | None = None
         self._pending: torch.Tensor | None = None
 
-    def setup(self, state: object) -> torch.Generator:
-        device = getattr(state, "device", torch.device("cpu"))
+    def setup(self, state: object, device: torch.device | str | None = None) -> torch.Generator:
+        """Create the generator on `device` (default: the run's device), seeded from the run."""
+        device = device if device is not None else getattr(state, "device", torch.device("cpu"))
         seed = self.seed if self.seed is not None else derive_seed(getattr(state, "seed", 0), self.name)
         self._generator = new_generator(device, seed)
         if self._pending is not None:

@@ -62,7 +62,9 @@ class State:
         self.model = model
         self.max_duration = None if max_duration is None else Time.from_input(max_duration)
         if self.max_duration is not None and self.max_duration.unit is TimeUnit.DURATION:
-            raise ValueError(f"max_duration={max_duration!r}: 'dur' is relative to max_duration itself; use ep/ba/sp/tok")
+            raise ValueError(
+                f"max_duration={max_duration!r}: 'dur' is relative to max_duration itself; use ep/ba/sp/tok"
+            )
         self.rank_zero_seed = rank_zero_seed
         self.dataloader = dataloader
         if dataloader_len is None and dataloader is not None:
@@ -127,7 +129,7 @@ class State:
                 raise ValueError(
                     f"cannot convert {time} to batches: max_duration={self.max_duration} is not in ba or ep"
                 )
-            return int(round(time.value * self.max_batches))
+            return round(time.value * self.max_batches)
         raise ValueError(f"cannot convert {time} to batches; schedules take ba, ep or dur")
 
     def get_elapsed_duration(self) -> Time | None:

@@ -174,8 +174,15 @@ class MethodConformance:
         return image_dataset(num_samples, self.num_classes, self.image_shape, seed)
 
     # Helpers --------------------------------------------------------------------------
-    def _trainer(self, algorithms: list[Algorithm], *, num_samples: int = 16, batch_size: int | None = None,
-                 max_duration: str = "2ba", **kwargs: Any) -> Trainer:
+    def _trainer(
+        self,
+        algorithms: list[Algorithm],
+        *,
+        num_samples: int = 16,
+        batch_size: int | None = None,
+        max_duration: str = "2ba",
+        **kwargs: Any,
+    ) -> Trainer:
         torch.manual_seed(0)
         model = self.make_model()
         loader = DataLoader(self.make_dataset(num_samples), batch_size=batch_size or self.batch_size, shuffle=True)
@@ -245,18 +252,22 @@ class MethodConformance:
 
     def test_exact_resume_mid_epoch(self) -> None:
         with tempfile.TemporaryDirectory() as folder:
-            whole = self._trainer([self.make_algorithm()], max_duration="6ba",
-                                  save_folder=Path(folder) / "a", save_interval="3ba")
+            whole = self._trainer(
+                [self.make_algorithm()], max_duration="6ba", save_folder=Path(folder) / "a", save_interval="3ba"
+            )
             whole.fit()
-            resumed = self._trainer([self.make_algorithm()], max_duration="6ba",
-                                    load_path=Path(folder) / "a" / "ep0-ba3.pt")
+            resumed = self._trainer(
+                [self.make_algorithm()], max_duration="6ba", load_path=Path(folder) / "a" / "ep0-ba3.pt"
+            )
             assert resumed.state.timestamp.batch == 3
             resumed.fit()
             assert_same_tensors(whole.state.model.state_dict(), resumed.state.model.state_dict(), "model")
-            assert_same_tensors(whole.state.optimizers[0].state_dict(), resumed.state.optimizers[0].state_dict(),
-                                "optimizer")
-            assert_same_tensors(whole.state.algorithms[0].state_dict(), resumed.state.algorithms[0].state_dict(),
-                                "algorithm")
+            assert_same_tensors(
+                whole.state.optimizers[0].state_dict(), resumed.state.optimizers[0].state_dict(), "optimizer"
+            )
+            assert_same_tensors(
+                whole.state.algorithms[0].state_dict(), resumed.state.algorithms[0].state_dict(), "algorithm"
+            )
 
     def test_composes_with_noop(self) -> None:
         check_composition([])
@@ -269,16 +280,21 @@ class MethodConformance:
 
     def test_batch_sizes_and_odd_last_batch(self) -> None:
         for batch_size in self.supported_batch_sizes:
-            self._trainer([self.make_algorithm()], num_samples=batch_size, batch_size=batch_size,
-                          max_duration="1ep").fit()
+            self._trainer(
+                [self.make_algorithm()], num_samples=batch_size, batch_size=batch_size, max_duration="1ep"
+            ).fit()
         # 7 samples in batches of 3: the last batch has 1 sample
         self._trainer([self.make_algorithm()], num_samples=7, batch_size=3, max_duration="1ep").fit()
 
     def test_matches_only_declared_events(self) -> None:
         algorithm = self.make_algorithm()
         spy = _EventSpy(algorithm)
-        trainer = self._trainer([algorithm], callbacks=[spy], max_duration="1ep",
-                                eval_dataloader=DataLoader(self.make_dataset(4, seed=1), batch_size=2))
+        trainer = self._trainer(
+            [algorithm],
+            callbacks=[spy],
+            max_duration="1ep",
+            eval_dataloader=DataLoader(self.make_dataset(4, seed=1), batch_size=2),
+        )
         trainer.fit()
         assert not spy.undeclared, (
             f"{algorithm.name}.match returned True on undeclared events {sorted(e.value for e in spy.undeclared)}; "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, Union
 
-__all__ = ["Time", "TimeUnit", "Timestamp", "TimeLike", "ensure_time"]
+__all__ = ["Time", "TimeLike", "TimeUnit", "Timestamp", "ensure_time"]
 
 
 class TimeUnit(str, Enum):
@@ -60,7 +60,7 @@ class Time:
     ``time * 0.5`` scales (used by ``scale_schedule_ratio``).
     """
 
-    __slots__ = ("value", "unit")
+    __slots__ = ("unit", "value")
 
     def __init__(self, value: int | float, unit: TimeUnit | str):
         unit = TimeUnit.parse(unit)
@@ -109,9 +109,7 @@ class Time:
             return cls.from_timestring(value)
         if isinstance(value, int) and not isinstance(value, bool):
             return cls(value, default_int_unit)
-        raise TypeError(
-            f"expected a Time, a string like '10ep' or an int, got {value!r} ({type(value).__name__})"
-        )
+        raise TypeError(f"expected a Time, a string like '10ep' or an int, got {value!r} ({type(value).__name__})")
 
     # Arithmetic -----------------------------------------------------------------------
     def _same_unit(self, other: Any, op: str) -> Time:
@@ -137,7 +135,7 @@ class Time:
         if isinstance(factor, bool) or not isinstance(factor, (int, float)):
             return NotImplemented
         value = self.value * factor
-        return Time(value if self.unit is TimeUnit.DURATION else int(round(value)), self.unit)
+        return Time(value if self.unit is TimeUnit.DURATION else round(value), self.unit)
 
     __rmul__ = __mul__
 

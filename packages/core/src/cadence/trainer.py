@@ -302,7 +302,11 @@ class Trainer:
                 self.engine.run_event(Event.EPOCH_START)
             if self._train_epoch():
                 self._end_epoch()
-        if self._eval_plan is not None and self._eval_interval is not None and self._last_eval_batch != state.timestamp.batch:
+        if (
+            self._eval_plan is not None
+            and self._eval_interval is not None
+            and self._last_eval_batch != state.timestamp.batch
+        ):
             self._evaluate()
         if self.save_folder is not None and self._last_save != self._position():
             self._save()

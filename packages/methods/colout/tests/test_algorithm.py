@@ -80,5 +80,5 @@ def test_effects_and_repr() -> None:
     assert ColOut().effects().writes == {Resource.INPUTS, Resource.TARGETS}
     assert ColOut(resize_target=False).effects().writes == {Resource.INPUTS}
     assert repr(ColOut(batch=False)) == (
-        "ColOut(p_row=0.15, p_col=0.15, batch=False, resize_target='auto', input_key=0, target_key=1)"
+        "ColOut(p_row=0.15, p_col=0.15, batch=False, resize_target='auto', input_key=0, target_key=1, seed=None)"
     )

@@ -83,5 +83,5 @@ def test_effects_and_repr() -> None:
     assert ProgressiveResizing(resize_targets=True).effects().writes == {Resource.INPUTS, Resource.TARGETS}
     assert repr(ProgressiveResizing()) == (
         "ProgressiveResizing(mode='resize', initial_scale=0.5, finetune_fraction=0.2, delay_fraction=0.5, "
-        "size_increment=4, resize_targets=False, input_key=0, target_key=1)"
+        "size_increment=4, resize_targets=False, input_key=0, target_key=1, seed=None)"
     )

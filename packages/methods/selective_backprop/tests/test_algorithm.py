@@ -136,5 +136,6 @@ def test_effects_order_and_repr() -> None:
     assert SelectiveBackprop().effects().writes == {Resource.INPUTS, Resource.TARGETS}
     assert SelectiveBackprop.order == 100
     assert repr(SelectiveBackprop()) == (
-        "SelectiveBackprop(start=0.5, end=0.9, keep=0.5, scale_factor=1.0, interrupt=2, input_key=0, target_key=1)"
+        "SelectiveBackprop(start=0.5, end=0.9, keep=0.5, scale_factor=1.0, interrupt=2, input_key=0, "
+        "target_key=1, seed=None)"
     )

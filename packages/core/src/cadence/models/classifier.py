@@ -27,9 +27,7 @@ def soft_cross_entropy(
     produce them.
     """
     if target.is_floating_point() and target.shape != input.shape:
-        raise ValueError(
-            f"dense targets must have the logits' shape {tuple(input.shape)}, got {tuple(target.shape)}"
-        )
+        raise ValueError(f"dense targets must have the logits' shape {tuple(input.shape)}, got {tuple(target.shape)}")
     return F.cross_entropy(input, target, reduction=reduction, **kwargs)
 
 

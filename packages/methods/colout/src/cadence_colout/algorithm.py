@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cadence import Algorithm, Effects, Event, Resource, State
-from cadence.batch import BatchKey
+from cadence.batch import BatchKey, check_batch_key
 from cadence.rng import MethodRNG
 from cadence_colout.functional import check_colout_args, colout_batch
 
@@ -38,7 +38,9 @@ class ColOut(Algorithm):
         if not isinstance(batch, bool):
             raise TypeError(f"`batch`={batch!r} must be a bool (True: same lines for the whole batch)")
         self.p_row, self.p_col, self.batch, self.resize_target = p_row, p_col, batch, resize_target
-        self.input_key, self.target_key, self.seed = input_key, target_key, seed
+        self.input_key = check_batch_key("input_key", input_key)
+        self.target_key = check_batch_key("target_key", target_key)
+        self.seed = seed
         self.rng = MethodRNG("colout", seed)
 
     def match(self, event: Event, state: State) -> bool:
@@ -66,11 +68,3 @@ class ColOut(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.load_state_dict(state.get("rng", {}))
-
-    def __repr__(self) -> str:
-        seed = f", seed={self.seed}" if self.seed is not None else ""
-        return (
-            f"ColOut(p_row={self.p_row}, p_col={self.p_col}, batch={self.batch}, "
-            f"resize_target={self.resize_target!r}, input_key={self.input_key!r}, "
-            f"target_key={self.target_key!r}{seed})"
-        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cadence import Algorithm, Effects, Event, Resource, State
-from cadence.batch import BatchKey
+from cadence.batch import BatchKey, check_batch_key
 from cadence.rng import MethodRNG
 from cadence_cutout.functional import check_cutout_args, cutout_batch
 
@@ -33,7 +33,7 @@ class CutOut(Algorithm):
     ):
         check_cutout_args(num_holes, length, uniform_sampling)
         self.num_holes, self.length, self.uniform_sampling = num_holes, length, uniform_sampling
-        self.input_key = input_key
+        self.input_key = check_batch_key("input_key", input_key)
         self.seed = seed
         self.rng = MethodRNG("cutout", seed)
 
@@ -56,10 +56,3 @@ class CutOut(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.load_state_dict(state.get("rng", {}))
-
-    def __repr__(self) -> str:
-        return (
-            f"CutOut(num_holes={self.num_holes}, length={self.length}, "
-            f"uniform_sampling={self.uniform_sampling}, input_key={self.input_key!r}"
-            + (f", seed={self.seed})" if self.seed is not None else ")")
-        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cadence import Algorithm, Effects, Event, Resource, State
-from cadence.batch import BatchKey
+from cadence.batch import BatchKey, check_batch_key
 from cadence.rng import MethodRNG
 from cadence_progressive_resizing.functional import check_resizing_args, progressive_resizing_scale, resize_batch
 
@@ -40,7 +40,9 @@ class ProgressiveResizing(Algorithm):
         self.mode, self.initial_scale, self.size_increment = mode, initial_scale, size_increment
         self.finetune_fraction, self.delay_fraction = finetune_fraction, delay_fraction
         self.resize_targets = resize_targets
-        self.input_key, self.target_key, self.seed = input_key, target_key, seed
+        self.input_key = check_batch_key("input_key", input_key)
+        self.target_key = check_batch_key("target_key", target_key)
+        self.seed = seed
         self.rng = MethodRNG("progressive_resizing", seed)
 
     def match(self, event: Event, state: State) -> bool:
@@ -75,12 +77,3 @@ class ProgressiveResizing(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.load_state_dict(state.get("rng", {}))
-
-    def __repr__(self) -> str:
-        seed = f", seed={self.seed}" if self.seed is not None else ""
-        return (
-            f"ProgressiveResizing(mode={self.mode!r}, initial_scale={self.initial_scale}, "
-            f"finetune_fraction={self.finetune_fraction}, delay_fraction={self.delay_fraction}, "
-            f"size_increment={self.size_increment}, resize_targets={self.resize_targets}, "
-            f"input_key={self.input_key!r}, target_key={self.target_key!r}{seed})"
-        )

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from cadence import Algorithm, Effects, Event, Resource, State
-from cadence.batch import BatchKey, batch_get_item, batch_set_item
+from cadence.batch import BatchKey, batch_get_item, batch_set_item, check_batch_key
 from cadence.precision import autocast_context
 from cadence.rng import MethodRNG
 from cadence_selective_backprop.functional import (
@@ -51,7 +51,9 @@ class SelectiveBackprop(Algorithm):
     ):
         check_selective_backprop_args(start, end, keep, scale_factor, interrupt)
         self.start, self.end, self.keep, self.scale_factor, self.interrupt = start, end, keep, scale_factor, interrupt
-        self.input_key, self.target_key, self.seed = input_key, target_key, seed
+        self.input_key = check_batch_key("input_key", input_key)
+        self.target_key = check_batch_key("target_key", target_key)
+        self.seed = seed
         self.rng = MethodRNG("selective_backprop", seed)
 
     def match(self, event: Event, state: State) -> bool:
@@ -97,14 +99,6 @@ class SelectiveBackprop(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.load_state_dict(state.get("rng", {}))
-
-    def __repr__(self) -> str:
-        seed = f", seed={self.seed}" if self.seed is not None else ""
-        return (
-            f"SelectiveBackprop(start={self.start}, end={self.end}, keep={self.keep}, "
-            f"scale_factor={self.scale_factor}, interrupt={self.interrupt}, input_key={self.input_key!r}, "
-            f"target_key={self.target_key!r}{seed})"
-        )
 
 
 def _check_model_loss(model: nn.Module) -> None:

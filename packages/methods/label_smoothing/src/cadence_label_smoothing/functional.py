@@ -1,0 +1,66 @@
+"""Label smoothing as a pure tensor function (Szegedy et al., 2016, https://arxiv.org/abs/1512.00567)."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["smooth_labels"]
+
+
+def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
+    """Mix the targets with the uniform distribution: ``onehot(target) * (1 - smoothing) + smoothing / C``.
+
+    The model is then never asked for a probability of exactly 1, which keeps its logits from growing
+    without bound. Every row of the result still sums to 1 (over dimension 1) when the target rows do.
+
+    Args:
+        logits: the model's outputs ``(N, C, ...)``; only their shape is read (``C = logits.shape[1]``).
+        target: class indices ``(N, ...)`` (an integer tensor with values in [0, C)), or dense targets with
+            the logits' shape (one-hot, already smoothed or mixed), so segmentation maps work too.
+        smoothing: the weight of the uniform distribution, in [0, 1]; 0 returns the targets unchanged
+            (index targets as one-hot), 1 returns the uniform distribution.
+
+    Returns:
+        Dense targets with the logits' shape: float32 (float64 for float64 logits) for index targets,
+        the target's own dtype for dense ones.
+
+    Raises:
+        ValueError: `smoothing` outside [0, 1], or a target shape that fits neither form.
+        TypeError: `logits` or `target` is not a tensor, or `smoothing` is not a number.
+    """
+    _check_smoothing(smoothing)
+    if not isinstance(logits, torch.Tensor) or logits.ndim < 2:
+        raise TypeError(f"`logits` must be a tensor (N, C, ...), got {_describe(logits)}")
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"`target` must be a tensor, got {type(target).__name__}")
+    num_classes = logits.shape[1]
+    return _one_hot(target, logits) * (1.0 - smoothing) + smoothing / num_classes
+
+
+def _one_hot(target: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Dense targets with the logits' shape; class indices become one-hot along dimension 1."""
+    if target.shape == logits.shape:
+        return target if target.is_floating_point() else target.to(torch.promote_types(logits.dtype, torch.float32))
+    if target.shape == logits.shape[:1] + logits.shape[2:] and not target.is_floating_point():
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        return F.one_hot(target, logits.shape[1]).movedim(-1, 1).to(dtype)
+    raise ValueError(
+        f"`target` of shape {tuple(target.shape)} and dtype {target.dtype} fits logits of shape "
+        f"{tuple(logits.shape)} neither as class indices (an integer tensor of shape "
+        f"{tuple(logits.shape[:1] + logits.shape[2:])}) nor as dense targets (the logits' shape)"
+    )
+
+
+def _check_smoothing(smoothing: Any) -> None:
+    if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real):
+        raise TypeError(f"`smoothing` must be a number in [0, 1], got {smoothing!r}")
+    if not 0.0 <= smoothing <= 1.0:
+        raise ValueError(f"`smoothing` must be in [0, 1], got {smoothing!r}; 0.1 is the usual value")
+
+
+def _describe(value: Any) -> str:
+    return f"shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__

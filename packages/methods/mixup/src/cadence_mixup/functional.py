@@ -1,0 +1,129 @@
+"""MixUp as pure tensor functions (Zhang et al., 2018, https://arxiv.org/abs/1710.09412)."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from cadence.rng import sample_beta
+
+__all__ = ["mixup_batch"]
+
+
+def mixup_batch(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    mixing: float | None = None,
+    alpha: float = 0.2,
+    indices: torch.Tensor | None = None,
+    *,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Mix every example with another example of the same batch.
+
+    ``mixed_input = (1 - mixing) * input + mixing * input[indices]``, with one coefficient and one
+    permutation for the whole batch, shared by inputs and targets. The matching target is
+    ``(1 - mixing) * onehot(target) + mixing * onehot(target_perm)``; for cross-entropy the loss
+    ``(1 - mixing) * loss(target) + mixing * loss(target_perm)`` is the same number.
+
+    Args:
+        input: floating-point inputs ``(N, ...)``.
+        target: targets ``(N, ...)`` (class indices, one-hot or any dense targets); only permuted here.
+        mixing: the weight of the permuted examples, in [0, 1]. When None it is drawn:
+            ``λ ~ Beta(alpha, alpha)`` and ``mixing = min(λ, 1 - λ)`` <= 0.5, so the original example
+            always dominates and training accuracy against the original labels stays meaningful.
+        alpha: the Beta concentration, > 0. Small values mix little (most draws land near 0);
+            ``alpha = 1`` draws λ uniformly. Unused when `mixing` is given.
+        indices: the permutation, an integer tensor ``(N,)``; drawn uniformly when None. A batch of
+            one example is mixed with itself, which leaves it unchanged.
+        generator: the source of every random draw (the global RNG when None).
+
+    Returns:
+        ``(mixed_input, target_perm, mixing)`` with ``target_perm = target[indices]`` and `mixing`
+        a Python float.
+
+    Raises:
+        ValueError: `alpha` <= 0, `mixing` outside [0, 1], or `indices` of the wrong shape.
+        TypeError: `input` is not a floating-point tensor, or `mixing` is not a number.
+    """
+    _check_alpha(alpha)
+    if not isinstance(input, torch.Tensor) or not input.is_floating_point():
+        kind = input.dtype if isinstance(input, torch.Tensor) else type(input).__name__
+        raise TypeError(f"`input` must be a floating-point tensor, got {kind}; convert images to float first")
+    if mixing is None:
+        mixing = _draw_mixing(alpha, generator)
+    _check_mixing(mixing)
+    if indices is None:
+        indices = _draw_indices(input.shape[0], input.device, generator)
+    elif indices.shape != (input.shape[0],):
+        raise ValueError(f"`indices` must have shape ({input.shape[0]},), got {tuple(indices.shape)}")
+    mixed = _mix(input, indices, float(mixing))
+    return mixed, target[indices], float(mixing)
+
+
+def _mix(tensor: torch.Tensor, indices: torch.Tensor, weight: float) -> torch.Tensor:
+    """``(1 - weight) * tensor + weight * tensor[indices]``, in the tensor's dtype and memory format."""
+    return (1.0 - weight) * tensor + weight * tensor[indices]
+
+
+def _dense_targets(target: torch.Tensor, outputs: Any) -> torch.Tensor:
+    """Targets as dense per-class weights; class indices become one-hot along dimension 1.
+
+    Floating-point targets (one-hot, smoothed, already mixed, regression) are returned as they are.
+    Index targets need the number of classes, read from ``outputs.shape[1]``.
+    """
+    if target.is_floating_point():
+        return target
+    if not isinstance(outputs, torch.Tensor):
+        raise TypeError(
+            f"index targets are made one-hot with num_classes = outputs.shape[1], but the outputs are a "
+            f"{type(outputs).__name__}; return logits from the model, or pass dense (one-hot) targets"
+        )
+    dtype = torch.promote_types(outputs.dtype, torch.float32)
+    if target.shape == outputs.shape:  # integer one-hot
+        return target.to(dtype)
+    if target.ndim == outputs.ndim - 1:
+        return F.one_hot(target, outputs.shape[1]).movedim(-1, 1).to(dtype)
+    raise ValueError(
+        f"cannot mix targets of shape {tuple(target.shape)} with outputs of shape {tuple(outputs.shape)}: "
+        "pass class indices (N, ...) or dense targets with the outputs' shape"
+    )
+
+
+def _draw_mixing(alpha: float, generator: torch.Generator | None) -> float:
+    source = generator if generator is not None else torch.default_generator
+    concentration = torch.tensor(float(alpha), dtype=torch.float64, device=source.device)
+    draw = float(sample_beta(concentration, concentration, source))
+    return min(draw, 1.0 - draw)
+
+
+def _draw_indices(num_samples: int, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
+    if generator is None:
+        return torch.randperm(num_samples, device=device)
+    return torch.randperm(num_samples, generator=generator, device=generator.device).to(device)
+
+
+def _interpolate_loss(loss: Any, other: Any, weight: float) -> Any:
+    """``(1 - weight) * loss + weight * other`` for a loss tensor, or each entry of a dict or sequence."""
+    if isinstance(loss, dict):
+        return {key: _interpolate_loss(value, other[key], weight) for key, value in loss.items()}
+    if isinstance(loss, (list, tuple)):
+        return type(loss)(_interpolate_loss(a, b, weight) for a, b in zip(loss, other))
+    return (1.0 - weight) * loss + weight * other
+
+
+def _check_alpha(alpha: Any) -> None:
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not alpha > 0:
+        raise ValueError(
+            f"`alpha` must be a number > 0, got {alpha!r}; small values (0.2) mix little, 1.0 mixes uniformly"
+        )
+
+
+def _check_mixing(mixing: Any) -> None:
+    if isinstance(mixing, bool) or not isinstance(mixing, numbers.Real):
+        raise TypeError(f"`mixing` must be a number in [0, 1] or None, got {mixing!r}")
+    if not 0.0 <= mixing <= 1.0:
+        raise ValueError(f"`mixing` must be in [0, 1], got {mixing!r}")
