@@ -1,7 +1,6 @@
 """MixUp, CutMix and LabelSmoothing together: every combination composes exactly or is rejected up front.
 
-Needs cadence-mixup and cadence-label-smoothing installed (skipped otherwise). Each accepted
-combination trains in the real Trainer, and the loss must equal cross-entropy against the
+Each accepted combination trains in the real Trainer, and the loss must equal cross-entropy against the
 analytic target: smoothing first (LabelSmoothing, order 10), then MixUp (20), then CutMix (30),
 applied in that order whatever order the user lists them in.
 """
@@ -14,15 +13,12 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from cadence_cutmix import CutMix
 from torch.utils.data import DataLoader
 
 from cadence import Algorithm, Callback, Event, MethodConflictError, Trainer
+from cadence.algorithms import CutMix, LabelSmoothing, MixUp
 from cadence.engine import Engine
 from cadence.testing import image_dataset, tiny_image_classifier
-
-MixUp = pytest.importorskip("cadence_mixup").MixUp
-LabelSmoothing = pytest.importorskip("cadence_label_smoothing").LabelSmoothing
 
 NUM_CLASSES = 4
 SMOOTHING = 0.2
