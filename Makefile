@@ -40,5 +40,8 @@ demo: $(STAMP) ## the main job: a small CPU comparison of methods on real data
 bench: $(STAMP) ## benchmarks: trainer overhead and method costs, measured side by side (prints ratios)
 	$(PY) -m cadence_harness.benchmarks
 
+cards: $(STAMP) ## write measured results from the MLflow store into the method cards and method_cards/INDEX.md
+	$(PY) -m cadence_harness report --cards $(REPORT_ARGS)
+
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -21,8 +21,13 @@ VOCAB = 50
 
 def tiny_bert(num_labels: int = 3) -> torch.nn.Module:
     config = transformers.BertConfig(
-        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-        max_position_embeddings=32, num_labels=num_labels,
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        num_labels=num_labels,
     )
     torch.manual_seed(0)
     return transformers.BertForSequenceClassification(config)

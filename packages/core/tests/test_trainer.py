@@ -261,3 +261,37 @@ def test_deterministic_mode_turns_on_deterministic_kernels() -> None:
         assert torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_a_failing_fit_marks_every_logger_failed() -> None:
+    from cadence import Algorithm, LoggerDestination
+
+    class Recorder(LoggerDestination):
+        statuses: list[str] = []
+
+        def finish(self, status: str = "FINISHED", error: BaseException | None = None) -> None:
+            self.statuses.append(f"{status}: {error}")
+
+    class Explode(Algorithm):
+        events = (Event.BATCH_END,)
+
+        def match(self, event, state):
+            return True
+
+        def apply(self, event, state, logger):
+            raise RuntimeError("boom")
+
+    recorder = Recorder()
+    model = mlp_classifier(4, 2)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=4),
+        max_duration="1ep",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        algorithms=[Explode()],
+        loggers=[recorder],
+        progress_bar=False,
+    )
+    with pytest.raises(Exception, match="Explode failed on event 'batch_end'"):
+        trainer.fit()
+    assert recorder.statuses == ["FAILED: Explode failed on event 'batch_end': RuntimeError: boom"]

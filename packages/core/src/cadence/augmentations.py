@@ -1,19 +1,22 @@
 """Image augmentation primitives shared by RandAugment and AugMix: batched, per-sample, on device.
 
 The operations and their severity-to-magnitude mapping follow Composer's
-``augmentation_primitives`` (itself adapted from the AugMix reference code), which act on
-one PIL image at a time. Here every primitive takes a whole float NCHW batch in *pixel
-units* (values in [0, 255], so uint8 data is represented exactly) and one parameter per
-sample, and each parameter has an identity value that leaves its sample unchanged. One
-augmentation step can therefore give every sample its own operation and magnitude: all
-primitives run on the whole batch, and each sample gets identity parameters for the
-operations it did not draw. There is no per-sample Python loop and nothing reads a device
-value on the host, so the batched path runs on the GPU without synchronising.
+``augmentation_primitives`` (itself adapted from the AugMix reference code), which act on one
+PIL image at a time. Here every primitive takes a float NCHW batch in *pixel units* (values in
+[0, 255], so uint8 data is represented exactly) and one parameter per sample, and each
+parameter has an identity value that leaves its sample exactly unchanged. Geometric operations
+(rotate, shear, translate) are per-sample 2x3 affine matrices in PIL's convention, applied with
+one ``grid_sample``; colour operations blend with a degenerate image (factor 1 = identity); the
+point operations (autocontrast, equalize, posterize, solarize) use per-sample-channel statistics
+(equalize: batched histograms).
 
-Geometric operations (rotate, shear, translate) are one per-sample 2x3 affine matrix in
-PIL's convention, applied with a single ``grid_sample``; colour operations blend with a
-degenerate image (factor 1 = identity); the point operations (autocontrast, equalize,
-posterize, solarize) use per-sample-channel statistics (equalize: batched histograms).
+`draw_ops` gives every sample its own operation and magnitude at every step; `apply_ops` runs
+the steps in one of two ways with the same result. Dense (for accelerators): every primitive
+runs on the whole batch, each sample getting identity parameters for the operations it did not
+draw; no per-sample Python loop, and nothing reads a device value on the host, so it never
+synchronises. Grouped (for CPU, where reading a value costs nothing): samples are sorted by
+operation and each primitive runs on its own samples only, a fraction of the dense path's work.
+`augment_image` is the per-image reference: only the drawn primitive runs.
 
 Torch only: PIL is imported lazily, and only when a PIL image is passed.
 """
@@ -30,26 +33,30 @@ import torch.nn.functional as F
 
 __all__ = [
     "OPS",
+    "add_dataset_transform",
+    "affine_matrix",
+    "apply_op_parameters",
+    "apply_ops",
+    "augment_batch",
+    "augment_image",
     "augmentation_sets",
     "autocontrast",
     "brightness",
     "color",
     "contrast",
+    "draw_ops",
     "equalize",
+    "op_magnitudes",
+    "pil_to_tensor",
     "posterize",
+    "primitive_parameters",
+    "random_uniform",
+    "resolve_augmentation_set",
     "sharpness",
     "solarize",
-    "warp_affine",
-    "affine_matrix",
-    "resolve_augmentation_set",
-    "op_magnitudes",
-    "primitive_parameters",
-    "apply_op_parameters",
-    "augment_batch",
-    "augment_image",
+    "tensor_to_pil",
     "to_pixels",
-    "random_uniform",
-    "add_dataset_transform",
+    "warp_affine",
 ]
 
 #: Every operation, in a fixed order (the index is the op id used by the batched path).
@@ -94,15 +101,24 @@ def resolve_augmentation_set(augmentation_set: str | Sequence[str]) -> tuple[str
     if not ops or unknown:
         raise ValueError(
             f"`augmentation_set` must be a set name or a non-empty sequence of op names from {OPS}; "
-            f"got unknown entries {unknown!r}" if ops else "`augmentation_set` is empty; use e.g. 'all'"
+            f"got unknown entries {unknown!r}"
+            if ops
+            else "`augmentation_set` is empty; use e.g. 'all'"
         )
     return ops
 
 
 # Primitives ------------------------------------------------------------------------------------
 # Each takes ``images`` (N, C, H, W) float in pixel units and one parameter per sample. Per-sample
-# choices are made with arithmetic (``a * on + b * (1 - on)`` with ``on`` 0 or 1, exact either way)
-# rather than ``torch.where`` on image-sized masks, which is several times slower on CPU.
+# choices use ``torch.lerp`` (exact at weights 0 and 1) rather than ``torch.where`` on image-sized
+# masks, which is several times slower on CPU.
+
+
+@functools.lru_cache(maxsize=128)
+def _constant(values: tuple[Any, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small constant tensor made once per device (never modify it). Made from Python data at
+    every call, it would be copied from the host each time, which synchronises an accelerator."""
+    return torch.tensor(values, dtype=dtype, device=device)
 
 
 def _per_sample(value: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
@@ -110,22 +126,21 @@ def _per_sample(value: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
 
 
 def _choose(on: torch.Tensor, changed: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-    """`changed` for samples with ``on == 1``, `images` (exactly) for ``on == 0``."""
-    return torch.addcmul(images * (1 - on), changed, on)
+    """`changed` for samples with ``on == 1``, `images` for ``on == 0`` (both exactly)."""
+    return torch.lerp(images, changed, on)
 
 
 def _blend(images: torch.Tensor, degenerate: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     """PIL's ``Image.blend(degenerate, image, factor)``, clipped; factor 1 returns `images` exactly."""
-    factor = _per_sample(factor, images)
-    return torch.addcmul(degenerate * (1 - factor), images, factor).clamp_(0, 255)
+    return torch.lerp(degenerate, images, _per_sample(factor, images)).clamp_(0, 255)
 
 
 def _gray(images: torch.Tensor) -> torch.Tensor:
     """ITU-R 601-2 luma (PIL's ``convert('L')``), shape (N, 1, H, W)."""
     if images.shape[1] == 1:
         return images
-    red, green, blue = images.unbind(1)
-    return (0.299 * red + 0.587 * green + 0.114 * blue).unsqueeze(1)
+    luma = _constant((0.299, 0.587, 0.114), images.dtype, images.device).view(1, 3, 1, 1)
+    return (images * luma).sum(dim=1, keepdim=True)
 
 
 def brightness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
@@ -143,16 +158,21 @@ def contrast(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     return _blend(images, _gray(images).mean(dim=(1, 2, 3), keepdim=True), factor)
 
 
-def sharpness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """``ImageEnhance.Sharpness``: blend with PIL's SMOOTH filter (border pixels kept)."""
+def _smooth(images: torch.Tensor) -> torch.Tensor:
+    """PIL's SMOOTH filter, [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, on the interior; border pixels kept."""
     if images.shape[-2] < 3 or images.shape[-1] < 3:
         return images
-    # SMOOTH = [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13 = (3x3 box sum + 4 x centre) / 13, by shifted adds
+    # (3x3 box sum + 4 x centre) / 13, by shifted adds (a one-channel conv2d is slow on CPU)
     rows = images[..., :-2, :] + images[..., 1:-1, :] + images[..., 2:, :]
     box = rows[..., :-2] + rows[..., 1:-1] + rows[..., 2:]
-    degenerate = images.clone()
-    degenerate[..., 1:-1, 1:-1] = (box + 4 * images[..., 1:-1, 1:-1]) / 13
-    return _blend(images, degenerate, factor)
+    smooth = images.clone()
+    smooth[..., 1:-1, 1:-1] = (box + 4 * images[..., 1:-1, 1:-1]) / 13
+    return smooth
+
+
+def sharpness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Sharpness``: blend with PIL's SMOOTH filter (factor 0 = smoothed)."""
+    return _blend(images, _smooth(images), factor)
 
 
 def autocontrast(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
@@ -160,7 +180,7 @@ def autocontrast(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
     low, high = images.amin(dim=(2, 3), keepdim=True), images.amax(dim=(2, 3), keepdim=True)
     stretch = (high > low) & (_per_sample(enabled, images) != 0)
     scale = torch.where(stretch, 255 / (high - low).clamp_min(1e-12), 1.0)
-    return (images - torch.where(stretch, low, 0.0)) * scale
+    return ((images - torch.where(stretch, low, 0.0)) * scale).clamp_(0, 255)
 
 
 def equalize(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
@@ -194,6 +214,17 @@ def solarize(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     return torch.addcmul(images, above, 127.5 - images)  # x + (255 - 2x) where above
 
 
+@functools.lru_cache(maxsize=16)
+def _pixel_centres(height: int, width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(2, 1, H * W): PIL coordinates ``x + 0.5`` and ``y + 0.5`` of every output pixel."""
+    ys, xs = torch.meshgrid(
+        torch.arange(height, dtype=dtype, device=device) + 0.5,
+        torch.arange(width, dtype=dtype, device=device) + 0.5,
+        indexing="ij",
+    )
+    return torch.stack([xs.flatten(), ys.flatten()]).unsqueeze(1)
+
+
 def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     """PIL's ``Image.transform(size, AFFINE, matrix, BILINEAR)`` for every sample at once.
 
@@ -204,17 +235,21 @@ def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     """
     n, _, h, w = images.shape
     m = matrix.to(device=images.device, dtype=images.dtype)
-    # pixel centres in grid_sample's normalised coordinates (align_corners=False): u = (2x + 1) / w - 1
-    u = ((2 * torch.arange(w, dtype=m.dtype, device=m.device) + 1) / w - 1).view(1, 1, w)
-    v = ((2 * torch.arange(h, dtype=m.dtype, device=m.device) + 1) / h - 1).view(1, h, 1)
-    a, b, t_x, d, e, t_y = (coefficient.view(n, 1, 1) for coefficient in m.flatten(1).unbind(1))
-    # the PIL map, rewritten in normalised coordinates
-    grid_x = a * u + (b * h / w) * v + (a + b * h / w + 2 * t_x / w - 1)
-    grid_y = (d * w / h) * u + e * v + (d * w / h + e + 2 * t_y / h - 1)
-    grid = torch.stack([grid_x, grid_y], dim=-1)
-    warped = F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    # the map into grid_sample's coordinates (align_corners=False: -1 and 1 are the outer edges)
+    scale = _constant(((2 / w,), (2 / h,)), m.dtype, m.device)
+    normal = m * scale - _constant((0.0, 0.0, 1.0), m.dtype, m.device)
+    x, y = _pixel_centres(h, w, m.dtype, m.device)
+    grid = torch.addcmul(torch.addcmul(normal[..., 2:], x, normal[..., :1]), y, normal[..., 1:2])  # (N, 2, H * W)
+    warped = F.grid_sample(
+        images,
+        grid.transpose(1, 2).contiguous().view(n, h, w, 2),
+        mode="bilinear",
+        padding_mode="border",
+        align_corners=False,
+    )
     # 1 inside the image, 0 outside (the ramp between is 1e-7 of the image wide)
-    inside = ((1 - grid.abs().amax(dim=-1)) * 1e7 + 1).clamp_(0, 1).unsqueeze(1)
+    reach = torch.maximum(grid[:, 0].abs(), grid[:, 1].abs())
+    inside = (1 - reach).mul_(1e7).add_(1).clamp_(0, 1).view(n, 1, h, w)
     identity = (m == torch.eye(2, 3, dtype=m.dtype, device=m.device)).flatten(1).all(dim=1).view(n, 1, 1, 1)
     return _choose(identity.to(images.dtype), images, warped * inside)
 
@@ -269,11 +304,6 @@ def _magnitude_table(device: torch.device, height: int, width: int) -> torch.Ten
     return torch.tensor(table, dtype=torch.float32, device=device)
 
 
-@functools.lru_cache(maxsize=64)
-def _index_table(device: torch.device, values: tuple[int, ...]) -> torch.Tensor:
-    return torch.tensor(values, device=device)
-
-
 def op_magnitudes(
     op_ids: torch.Tensor, uniforms: torch.Tensor, severity: float, height: int, width: int
 ) -> torch.Tensor:
@@ -290,7 +320,9 @@ def op_magnitudes(
     raw = level * scale
     sign = torch.where((signed > 0) & (uniforms[:, 1] > 0.5), -1.0, 1.0)
     value = offset + torch.where(floored > 0, raw.floor(), raw) * multiplier * sign
-    factor = torch.where(uniforms[:, 2] > 0.5, 1 + uniforms[:, 3] * (severity - 1), 1 - 0.09 * severity * (1 - uniforms[:, 3]))
+    factor = torch.where(
+        uniforms[:, 2] > 0.5, 1 + uniforms[:, 3] * (severity - 1), 1 - 0.09 * severity * (1 - uniforms[:, 3])
+    )
     factor = torch.where((enhance == 2) & (factor > 1), 0.75 * factor, factor)
     return torch.where(enhance > 0, factor, value)
 
@@ -304,7 +336,7 @@ def primitive_parameters(
 ) -> dict[str, torch.Tensor]:
     """Each primitive's per-sample parameter (identity for samples that drew another op), for the
     primitives `ops` use. `values` are `op_magnitudes`."""
-    groups = _index_table(op_ids.device, _GROUP_OF_OP)[op_ids]
+    groups = _constant(_GROUP_OF_OP, torch.long, op_ids.device)[op_ids]
     params = {}
     for key in dict.fromkeys(_PRIMITIVE[op] for op in ops):
         if key == "affine":
@@ -323,25 +355,25 @@ def apply_op_parameters(images: torch.Tensor, params: dict[str, torch.Tensor]) -
 
 
 def _apply_grouped(images: torch.Tensor, op_ids: torch.Tensor, values: torch.Tensor, quantize: bool) -> torch.Tensor:
-    """`apply_op_parameters` (then rounding if `quantize`), running each primitive on its own samples
-    only. Writes into `images`.
-
-    Reads the group sizes on the host, so it is free of synchronisation only on CPU.
-    """
+    """`apply_ops` with each primitive run on its own samples only. Writes into `images`. Reads the
+    group sizes on the host, so it is free of synchronisation only on CPU."""
+    steps, n = op_ids.shape
     _, _, h, w = images.shape
-    groups = _index_table(op_ids.device, _GROUP_OF_OP)[op_ids]
-    order = torch.argsort(groups, stable=True)
-    sizes = torch.bincount(groups, minlength=len(_GROUP_OF_OP)).tolist()
-    start = 0
-    for key, size in zip(_APPLY_ORDER, sizes):  # the last group (no op) stays as it is
-        if size:
-            members = order[start : start + size]
-            value = values.index_select(0, members)
-            if key == "affine":
-                value = affine_matrix(op_ids.index_select(0, members), value, h, w)
-            changed = _PRIMITIVES[key](images.index_select(0, members), value)
-            images.index_copy_(0, members, changed.round_() if quantize else changed)
-            start += size
+    width = len(_GROUP_OF_OP)
+    matrices = affine_matrix(op_ids.flatten(), values.flatten(), h, w).view(steps, n, 2, 3)
+    groups = _constant(_GROUP_OF_OP, torch.long, op_ids.device)[op_ids]
+    order = torch.argsort(groups, dim=1, stable=True)
+    offsets = torch.arange(steps, device=groups.device).view(-1, 1) * width
+    sizes = torch.bincount((groups + offsets).flatten(), minlength=steps * width).view(steps, width).tolist()
+    for step in range(steps):
+        start = 0
+        for key, size in zip(_APPLY_ORDER, sizes[step]):  # the last group (no op) stays as it is
+            if size:
+                members = order[step, start : start + size]
+                value = (matrices if key == "affine" else values)[step].index_select(0, members)
+                changed = _PRIMITIVES[key](images.index_select(0, members), value)
+                images.index_copy_(0, members, changed.round_() if quantize else changed)
+                start += size
     return images
 
 
@@ -354,6 +386,59 @@ def random_uniform(shape: Sequence[int], generator: torch.Generator | None, devi
     return torch.rand(tuple(shape), generator=generator, device=_draw_device(generator, device)).to(device)
 
 
+def draw_ops(
+    n: int,
+    ops: Sequence[str],
+    severity: float,
+    steps: int,
+    size: tuple[int, int],
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ops for `n` samples: (steps, n) op ids into `OPS` and their (steps, n) magnitudes.
+
+    Every sample draws its op uniformly from `ops` at every step. Draws happen on the generator's
+    device (the default RNG's when None) and land on `device`. `size` is the images' (H, W).
+    """
+    device = torch.device(device)
+    choice = torch.randint(len(ops), (steps, n), generator=generator, device=_draw_device(generator, device))
+    uniforms = random_uniform((steps, n, 4), generator, device)
+    op_ids = _constant(tuple(OPS.index(op) for op in ops), torch.long, device)[choice.to(device)]
+    return op_ids, op_magnitudes(op_ids.flatten(), uniforms.flatten(0, 1), severity, *size).view(steps, n)
+
+
+def apply_ops(
+    images: torch.Tensor,
+    op_ids: torch.Tensor,
+    values: torch.Tensor,
+    ops: Sequence[str],
+    *,
+    quantize: bool = False,
+    grouped: bool | None = None,
+) -> torch.Tensor:
+    """Apply (steps, N) ops (`draw_ops`; op id -1 = none) to (N, C, H, W) pixels, step by step.
+
+    Args:
+        images: float pixels in [0, 255] (not modified).
+        op_ids, values: each sample's op and magnitude at each step.
+        ops: every op that may occur (the primitives the dense path runs).
+        quantize: round to 8-bit levels after each step (uint8 data: PIL works in 8 bits).
+        grouped: how a step runs. Dense (False): every primitive runs on the whole batch with identity
+            parameters for the samples that drew another op, so nothing depends on the data's
+            values: no host synchronisation on an accelerator. Grouped (True): samples are sorted by
+            primitive and each primitive runs on its own samples only, which reads the group sizes on
+            the host, so it is free only on CPU. Default: grouped on CPU, dense elsewhere. Both give
+            the same result.
+    """
+    _, _, h, w = images.shape
+    if images.device.type == "cpu" if grouped is None else grouped:
+        return _apply_grouped(images.clone(), op_ids, values, quantize)
+    for step in range(op_ids.shape[0]):
+        images = apply_op_parameters(images, primitive_parameters(op_ids[step], values[step], h, w, ops))
+        images = images.round() if quantize else images
+    return images
+
+
 def augment_batch(
     images: torch.Tensor,
     ops: Sequence[str],
@@ -362,42 +447,12 @@ def augment_batch(
     generator: torch.Generator | None = None,
     *,
     quantize: bool = False,
-    active: torch.Tensor | None = None,
     grouped: bool | None = None,
 ) -> torch.Tensor:
-    """`steps` random ops per sample, each sample drawing its own op and magnitude at every step.
-
-    Args:
-        images: (N, C, H, W) float in pixel units (not modified).
-        ops, severity: the op names to draw from (uniformly) and their severity.
-        generator: draws happen on its device; the default RNG when None.
-        quantize: round to 8-bit levels after each step (uint8 data: PIL works in 8 bits).
-        active: optional (steps, N) bool; a False entry makes that step an identity for that sample.
-        grouped: how a step runs. Dense (False): every primitive runs on the whole batch with identity
-            parameters for the samples that drew another op, so nothing depends on the data's
-            values: no host synchronisation on an accelerator. Grouped (True): samples are sorted by
-            primitive and each primitive runs on its own samples only, which reads the group sizes on
-            the host, so it is free only on CPU. Default: grouped on CPU, dense elsewhere. Both give
-            the same result.
-    """
+    """`steps` random ops per sample of (N, C, H, W) pixels: `draw_ops`, then `apply_ops`."""
     n, _, h, w = images.shape
-    device = images.device
-    choice = torch.randint(len(ops), (steps, n), generator=generator, device=_draw_device(generator, device))
-    uniforms = random_uniform((steps, n, 4), generator, device)
-    op_ids = _index_table(device, tuple(OPS.index(op) for op in ops))[choice.to(device)]
-    if active is not None:
-        op_ids = torch.where(active, op_ids, -1)
-    grouped = device.type == "cpu" if grouped is None else grouped
-    if grouped:
-        images = images.clone()  # the grouped steps write in place
-    for step in range(steps):
-        values = op_magnitudes(op_ids[step], uniforms[step], severity, h, w)
-        if grouped:
-            images = _apply_grouped(images, op_ids[step], values, quantize)
-        else:
-            images = apply_op_parameters(images, primitive_parameters(op_ids[step], values, h, w, ops))
-            images = images.round() if quantize else images
-    return images
+    op_ids, values = draw_ops(n, ops, severity, steps, (h, w), generator, images.device)
+    return apply_ops(images, op_ids, values, ops, quantize=quantize, grouped=grouped)
 
 
 def augment_image(
@@ -414,7 +469,7 @@ def augment_image(
     for _ in range(steps):
         op = ops[int(torch.randint(len(ops), (1,), generator=generator, device=_draw_device(generator, image.device)))]
         uniforms = random_uniform((1, 4), generator, image.device)
-        op_id = torch.tensor([OPS.index(op)], device=image.device)
+        op_id = torch.full((1,), OPS.index(op), device=image.device)
         values = op_magnitudes(op_id, uniforms, severity, h, w)
         image = apply_op_parameters(image, primitive_parameters(op_id, values, h, w, (op,)))
         if quantize:
@@ -429,19 +484,35 @@ def _is_pil(image: Any) -> bool:
     return type(image).__module__.startswith("PIL.") and hasattr(image, "getbands")
 
 
-def _from_pil(image: Any) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
-    if image.mode not in ("L", "RGB"):
-        raise TypeError(f"PIL images must be in mode 'L' or 'RGB', got {image.mode!r}; convert with image.convert('RGB')")
+def pil_to_tensor(image: Any) -> torch.Tensor:
+    """An 8-bit PIL image as a ``(bands, H, W)`` uint8 tensor (no NumPy needed)."""
+    if image.mode not in _EIGHT_BIT_MODES:
+        raise TypeError(
+            f"PIL images must have 8 bits per band (modes {', '.join(_EIGHT_BIT_MODES)}), got {image.mode!r}; "
+            "convert with image.convert('RGB')"
+        )
+    (w, h), c = image.size, len(image.getbands())
+    return torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).view(h, w, c).permute(2, 0, 1)
+
+
+def tensor_to_pil(pixels: torch.Tensor, mode: str) -> Any:
+    """The inverse of `pil_to_tensor`: ``(bands, H, W)`` values in [0, 255] to a PIL image of `mode`."""
     from PIL import Image  # lazily: only PIL inputs need it
 
-    mode, (w, h), c = image.mode, image.size, len(image.getbands())
-    data = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).view(h, w, c).permute(2, 0, 1)
+    array = pixels.round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous()
+    return Image.frombytes(mode, (array.shape[1], array.shape[0]), array.numpy().tobytes())
 
-    def restore(pixels: torch.Tensor) -> Any:
-        array = pixels[0].round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous().numpy()
-        return Image.frombytes(mode, (w, h), array.tobytes())
 
-    return data.unsqueeze(0).float(), restore
+_EIGHT_BIT_MODES = ("L", "LA", "RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV")
+
+
+def _from_pil(image: Any) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
+    if image.mode not in ("L", "RGB"):
+        raise TypeError(
+            f"PIL images must be in mode 'L' or 'RGB', got {image.mode!r}; convert with image.convert('RGB')"
+        )
+    mode = image.mode
+    return pil_to_tensor(image).unsqueeze(0).float(), lambda pixels: tensor_to_pil(pixels[0], mode)
 
 
 def to_pixels(images: Any, *, single: bool = False) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any], bool]:
@@ -485,6 +556,14 @@ def to_pixels(images: Any, *, single: bool = False) -> tuple[torch.Tensor, Calla
         return out if images.ndim == 4 else out[0]
 
     return pixels, restore, dtype == torch.uint8
+
+
+def map_images(function: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor) -> torch.Tensor:
+    """`function` applied to each CHW image of an NCHW batch in turn (the per-image reference), with
+    the batch's memory format kept."""
+    out = torch.stack([function(image) for image in images])
+    channels_last = images.is_contiguous(memory_format=torch.channels_last) and not images.is_contiguous()
+    return out.contiguous(memory_format=torch.channels_last) if channels_last else out
 
 
 # Dataset transforms -------------------------------------------------------------------------------

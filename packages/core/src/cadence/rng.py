@@ -19,6 +19,7 @@ __all__ = [
     "sample_beta",
     "sample_dirichlet",
     "sample_gamma",
+    "sample_log_gamma",
     "set_generator_state",
 ]
 
@@ -105,38 +106,44 @@ class MethodRNG:
 _GAMMA_ROUNDS = 16  # Marsaglia-Tsang accepts >= 95% per round for shape >= 1; 16 rounds fail with p < 1e-20
 
 
-def sample_gamma(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Gamma(concentration, 1) samples, one per element (Marsaglia and Tsang, 2000).
+def sample_log_gamma(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """log of Gamma(concentration, 1) samples, one per element (Marsaglia and Tsang, 2000).
 
-    Shapes below 1 use ``Gamma(a) = Gamma(a + 1) * U ** (1 / a)``.
+    Shapes below 1 use ``log Gamma(a) = log Gamma(a + 1) + log(U) / a``. Working in log space
+    keeps tiny shapes exact: for a = 0.001 the sample itself underflows float32 most of the time.
     """
     if not isinstance(concentration, torch.Tensor) or not concentration.is_floating_point():
         raise TypeError("concentration must be a floating-point tensor")
     a = concentration
     boost = a < 1
-    shape = torch.where(boost, a + 1, a)
-    d = shape - 1.0 / 3.0
+    d = torch.where(boost, a + 1, a) - 1.0 / 3.0
     c = torch.rsqrt(9.0 * d)
     rounds = (_GAMMA_ROUNDS, *a.shape)
     x = torch.randn(rounds, generator=generator, device=a.device, dtype=a.dtype)
     u = torch.rand(rounds, generator=generator, device=a.device, dtype=a.dtype)
     v = (1 + c * x) ** 3
-    accept = (v > 0) & (torch.log(u) < 0.5 * x * x + d - d * v + d * torch.log(v.clamp_min(1e-30)))
+    log_v = torch.log(v.clamp_min(torch.finfo(a.dtype).tiny))
+    accept = (v > 0) & (torch.log(u) < 0.5 * x * x + d - d * v + d * log_v)
     first = accept.to(torch.uint8).argmax(dim=0, keepdim=True)  # first accepted round (0 if none)
-    sample = d * torch.gather(v, 0, first).squeeze(0)
-    sample = torch.where(accept.any(dim=0), sample, d)  # never reached in practice
+    log_sample = torch.log(d) + torch.gather(log_v, 0, first).squeeze(0)
+    log_sample = torch.where(accept.any(dim=0), log_sample, torch.log(d))  # never reached in practice
     u_boost = torch.rand(a.shape, generator=generator, device=a.device, dtype=a.dtype)
-    return torch.where(boost, sample * u_boost.clamp_min(1e-30) ** (1.0 / a), sample)
+    log_u = torch.log(u_boost.clamp_min(torch.finfo(a.dtype).tiny))
+    return torch.where(boost, log_sample + log_u / a, log_sample)
+
+
+def sample_gamma(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Gamma(concentration, 1) samples, one per element (may underflow to 0 for shapes << 1)."""
+    return sample_log_gamma(concentration, generator).exp()
 
 
 def sample_beta(alpha: torch.Tensor, beta: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Beta(alpha, beta) samples, elementwise."""
+    """Beta(alpha, beta) samples, elementwise: ``sigmoid(log Ga - log Gb)``, exact for tiny shapes."""
     alpha, beta = torch.broadcast_tensors(alpha, beta)
-    both = sample_gamma(torch.stack([alpha, beta]), generator)
-    return both[0] / (both[0] + both[1]).clamp_min(torch.finfo(both.dtype).tiny)
+    logs = sample_log_gamma(torch.stack([alpha, beta]), generator)
+    return torch.sigmoid(logs[0] - logs[1])
 
 
 def sample_dirichlet(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Dirichlet samples over the last dimension of `concentration`."""
-    gammas = sample_gamma(concentration, generator)
-    return gammas / gammas.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(gammas.dtype).tiny)
+    """Dirichlet samples over the last dimension of `concentration`: a softmax of log-gammas."""
+    return torch.softmax(sample_log_gamma(concentration, generator), dim=-1)

@@ -289,11 +289,23 @@ class Trainer:
 
     # Training -----------------------------------------------------------------------------
     def fit(self) -> None:
+        """Train until `max_duration`. If anything escapes, loggers record the run as FAILED (KILLED on Ctrl-C)."""
         state = self.state
         if self._train_plan is None or state.max_duration is None:
             raise ValueError("fit() needs train_dataloader and max_duration; pass them to Trainer(...)")
         if not state.optimizers:
             raise ValueError("fit() needs optimizers; e.g. optimizers=torch.optim.SGD(model.parameters(), lr=0.1)")
+        try:
+            self._fit()
+        except KeyboardInterrupt as error:
+            self.logger.finish("KILLED", error=error)
+            raise
+        except BaseException as error:
+            self.logger.finish("FAILED", error=error)
+            raise
+
+    def _fit(self) -> None:
+        state = self.state
         state.model.train()
         self.logger.log_hyperparameters(self._hyperparameters())
         self.engine.run_event(Event.FIT_START)
@@ -302,11 +314,8 @@ class Trainer:
                 self.engine.run_event(Event.EPOCH_START)
             if self._train_epoch():
                 self._end_epoch()
-        if (
-            self._eval_plan is not None
-            and self._eval_interval is not None
-            and self._last_eval_batch != state.timestamp.batch
-        ):
+        evaluation_due = self._eval_plan is not None and self._eval_interval is not None
+        if evaluation_due and self._last_eval_batch != state.timestamp.batch:
             self._evaluate()
         if self.save_folder is not None and self._last_save != self._position():
             self._save()

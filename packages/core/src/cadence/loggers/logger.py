@@ -6,6 +6,7 @@ write, so logging a per-step loss costs no device synchronisation.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,14 @@ from cadence.callback import Callback
 if TYPE_CHECKING:
     from cadence.state import State
 
-__all__ = ["Logger", "LoggerDestination"]
+__all__ = ["Logger", "LoggerDestination", "failure_kind"]
+
+
+def failure_kind(error: BaseException) -> str:
+    """A short label for why a run failed: ``oom`` for out-of-memory errors, else the exception's class."""
+    if type(error).__name__ == "OutOfMemoryError" or "out of memory" in str(error).lower():
+        return "oom"
+    return type(error).__name__
 
 
 class LoggerDestination(Callback):
@@ -31,8 +39,14 @@ class LoggerDestination(Callback):
         """Keep a file produced by the run (a plot, a resolved config)."""
         del path, name
 
-    def flush(self) -> None:
-        """Write everything buffered so far."""
+    def flush(self, timeout_s: float | None = None) -> bool | None:
+        """Write everything buffered so far (waiting at most `timeout_s`); False if some was not delivered."""
+        del timeout_s
+        return None
+
+    def finish(self, status: str = "FINISHED", error: BaseException | None = None) -> None:
+        """End the destination's record of the run with `status` (FINISHED, FAILED or KILLED) and the error."""
+        del status, error
 
 
 class Logger:
@@ -65,3 +79,11 @@ class Logger:
     def flush(self) -> None:
         for destination in self.destinations:
             destination.flush()
+
+    def finish(self, status: str = "FINISHED", error: BaseException | None = None) -> None:
+        """Mark the run ended on every destination; a failing destination never hides the others."""
+        for destination in self.destinations:
+            try:
+                destination.finish(status, error=error)
+            except Exception as error:  # reporting a failure must not raise a second one
+                warnings.warn(f"{type(destination).__name__}.finish({status!r}) failed: {error!r}", stacklevel=2)

@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 import weakref
 from collections import deque
@@ -65,13 +66,23 @@ from urllib.parse import urlparse
 
 import torch
 
-from cadence.loggers.logger import LoggerDestination
+from cadence.loggers.logger import LoggerDestination, failure_kind
 
 if TYPE_CHECKING:
     from cadence.loggers.logger import Logger
     from cadence.state import State
 
-__all__ = ["MLFlowLogger", "MLflowLoggerWarning", "flatten_params", "import_spill", "sanitize_name", "stable_str"]
+__all__ = [
+    "MLFlowLogger",
+    "MLflowLoggerWarning",
+    "chunk_metrics",
+    "chunk_params_tags",
+    "flatten_params",
+    "import_spill",
+    "resume_run_id",
+    "sanitize_name",
+    "stable_str",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -419,6 +430,10 @@ _BAD_VALUE = object()
 _NOT_SCALAR = object()
 
 
+def _error_message(error: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(error), error)).strip()[-4000:]
+
+
 def _as_float(value: Any) -> Any:
     if isinstance(value, (bool, int, float)):
         return float(value)
@@ -500,7 +515,7 @@ class MLFlowLogger(LoggerDestination):
         self.offline = False
         self.run_id: str | None = None
         self.experiment_id: str | None = None
-        self.stats = {
+        self.stats: dict[str, int] = {  # counters for monitoring and tests
             "requests": 0,
             "failed_requests": 0,
             "delivered_points": 0,
@@ -561,6 +576,7 @@ class MLFlowLogger(LoggerDestination):
         self._spill_lock = threading.Lock()
         self._spill_client_: Any = None
         self._spill_prepared = False
+        self._spill_ready: Path | None = None
         self._spill_experiment_id: str | None = None
         self._staging = Path(tempfile.mkdtemp(prefix="cadence-mlflow-"))
         self._staged = 0
@@ -576,7 +592,11 @@ class MLFlowLogger(LoggerDestination):
         self._finish_timeout_used = self.finish_timeout_s
         self._collect_wake = threading.Event()
         self._send_wake = threading.Event()
-        self._connect(run_id, user_tags, connect_timeout_s)
+        try:
+            self._connect(run_id, user_tags, connect_timeout_s)
+        except BaseException:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            raise
 
         self._collect_interval = max(0.01, min(self.flush_interval_s / 2, 0.5))
         self._collector = threading.Thread(target=self._collector_main, name="cadence-mlflow-collect", daemon=True)
@@ -635,7 +655,6 @@ class MLFlowLogger(LoggerDestination):
                 self.set_tags(tags)
 
     def _go_offline(self, run_id: str | None, tags: dict[str, str], err: BaseException) -> None:
-        client, experiment_id = self._spill_client()
         spill_tags = {
             **tags,
             TAG_KIND: "offline",
@@ -643,13 +662,20 @@ class MLFlowLogger(LoggerDestination):
             TAG_TARGET_EXPERIMENT: self.experiment_name,
             TAG_TARGET_RUN: run_id or "",
         }
-        run = client.create_run(experiment_id, run_name=self.run_name, tags=spill_tags)
+        try:
+            client, experiment_id = self._spill_client()
+            run = client.create_run(experiment_id, run_name=self.run_name, tags=spill_tags)
+        except Exception as local_error:
+            raise RuntimeError(
+                f"MLflow tracking at {self.tracking_uri} could not be reached ({_short(err)}) and the local spill "
+                f"store {self.spill_uri} could not be used either ({_short(local_error)})"
+            ) from local_error
         self._client, self.offline = client, True
         self.experiment_id, self.run_id = experiment_id, run.info.run_id
         self._warn(
             f"MLflow tracking at {self.tracking_uri} could not be reached ({_short(err)}); this run is logged "
             f"offline to the local MLflow store {self.spill_uri} (run {self.run_id}). Import it when the server "
-            f"is reachable with:\n    {IMPORT_COMMAND} {self.spill_dir} --tracking-uri {self.tracking_uri}"
+            f"is reachable with:\n    {self._import_hint}"
         )
 
     @property
@@ -665,6 +691,9 @@ class MLFlowLogger(LoggerDestination):
         with self._spill_lock:
             if self._spill_client_ is None:
                 self.spill_dir.mkdir(parents=True, exist_ok=True)
+                database, ready = self.spill_dir / _SPILL_DB, self._spill_ready
+                if ready is not None and ready.exists() and not database.exists():
+                    shutil.move(ready, database)  # migrated ahead of time by _prepare_spill_store
                 client = _mlflow_client(self.spill_uri)
                 artifacts = (self.spill_dir / "artifacts").as_uri()
                 self._spill_experiment_id = _get_or_create_experiment(client, self.experiment_name, artifacts)
@@ -673,18 +702,33 @@ class MLFlowLogger(LoggerDestination):
             return self._spill_client_, self._spill_experiment_id
 
     def _prepare_spill_store(self) -> None:
-        """Create the spill store in the background during an outage, so that `finish` finds it ready."""
+        """Get the spill store ready in the background during an outage, so that `finish` finds it ready.
+
+        A new store is migrated in the private staging folder and moved into ``spill_dir`` only
+        if something is spilled, so a run that recovers leaves nothing behind.
+        """
         if self.offline or self._spill_prepared:
             return
         self._spill_prepared = True
 
         def prepare() -> None:
             try:
+                with self._spill_lock:
+                    if self._spill_client_ is not None:
+                        return
+                    if not (self.spill_dir / _SPILL_DB).exists():
+                        ready = self._staging / _SPILL_DB
+                        _mlflow_client(_sqlite_uri(ready)).search_experiments()  # runs MLflow's migrations
+                        self._spill_ready = ready
+                        return
                 self._spill_client()
             except Exception as err:
                 _log.warning("cadence: could not prepare the MLflow spill store %s: %s", self.spill_uri, err)
 
-        threading.Thread(target=prepare, name="cadence-mlflow-spill-prep", daemon=True).start()
+        try:
+            threading.Thread(target=prepare, name="cadence-mlflow-spill-prep", daemon=True).start()
+        except RuntimeError:  # at interpreter shutdown no thread can start; `_spill` prepares it itself
+            self._spill_prepared = False
 
     # Warnings -----------------------------------------------------------------------------------
     def _warn(self, message: str) -> None:
@@ -817,7 +861,7 @@ class MLFlowLogger(LoggerDestination):
             self._artifacts.append(_Artifact(staged, artifact_dir or None))
         self._send_wake.set()
 
-    def flush(self, timeout_s: float | None = None) -> bool:  # type: ignore[override]
+    def flush(self, timeout_s: float | None = None) -> bool:
         """Deliver everything logged so far; True when all of it was delivered.
 
         With a timeout, wait at most that long (retrying at once through an outage). Without
@@ -840,23 +884,32 @@ class MLFlowLogger(LoggerDestination):
             self._collect_wake.set()
             self._send_wake.set()
             deadline = time.monotonic() + (self.finish_timeout_s if timeout_s is None else timeout_s)
-            return self._wait(lambda: self._idle() or self._dead is not None, deadline) and self._dead is None
+            delivered = self._wait(lambda: self._idle() or self._dead is not None, deadline) and self._dead is None
+            if not delivered and self._struggling(slow_s=0.5):
+                self._prepare_spill_store()
+            return delivered
         finally:
             with self._lock:
                 self._flush_requests -= 1
             self._emit_deferred()
 
-    def finish(self, status: str = "FINISHED", timeout_s: float | None = None) -> None:
+    def finish(
+        self, status: str = "FINISHED", timeout_s: float | None = None, error: BaseException | None = None
+    ) -> None:
         """Deliver what is left, end the run with `status` (FINISHED, FAILED or KILLED); idempotent.
 
         Tries for up to `timeout_s` (default ``finish_timeout_s``); what is still undelivered
-        then goes to the local spill store, with one warning that says how to import it.
+        then goes to the local spill store, with one warning that says how to import it. An
+        `error` is recorded in the tags ``cadence.error`` (its message) and ``cadence.failure``
+        (``oom`` for out-of-memory errors, else the exception's class name).
         """
         status = str(status).upper()
         if status not in STATUSES:
             raise ValueError(f"status={status!r} must be one of {', '.join(STATUSES)}")
         if self._inert:
             return
+        if error is not None:
+            self.set_tags({"cadence.error": _error_message(error), "cadence.failure": failure_kind(error)})
         with self._finish_lock:
             if self._finished:
                 return
@@ -874,10 +927,25 @@ class MLFlowLogger(LoggerDestination):
         if not self._finished:
             self.finish("FINISHED")
 
+    def state_dict(self) -> dict[str, Any]:
+        """The run's identity, saved in checkpoints: read it back with `resume_run_id` to continue the run."""
+        if self._inert or self.run_id is None:
+            return {}
+        return {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.tracking_uri}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Loading a checkpoint of another run does not switch runs; it is recorded in a tag."""
+        previous = state.get("run_id")
+        if previous and previous != self.run_id and not self._inert:
+            self.set_tags({"cadence.loaded_checkpoint_of_run": previous})
+
     def fit_start(self, state: State, logger: Logger) -> None:
-        if not self._named and not self._attached and self.run_name is None and not self._inert:
-            self.set_tags({"mlflow.runName": state.run_name})
+        """Name the run after the trainer's ``run_name`` unless it was named (or attached) explicitly."""
+        if self._inert or self._named:
+            return
         self._named = True
+        if not self._attached and self.run_name is None:
+            self.set_tags({"mlflow.runName": state.run_name})
 
     # Collector thread ---------------------------------------------------------------------------
     def _collector_main(self) -> None:
@@ -887,7 +955,7 @@ class MLFlowLogger(LoggerDestination):
             stop = self._stop_collector
             try:
                 self._collect()
-                if self._struggling():
+                if self._struggling(slow_s=2.0):
                     self._prepare_spill_store()
             except Exception:
                 _log.exception("cadence: collecting metrics for MLflow failed")
@@ -962,10 +1030,13 @@ class MLFlowLogger(LoggerDestination):
             )
             return None
         try:
-            step = int(step)
-        except (TypeError, ValueError):
-            self._drop_once(key, "step", f"metric {raw!r} has step {step!r}, not an int; it is not logged")
+            number = int(step)
+        except (TypeError, ValueError, OverflowError):
+            number = 2**63
+        if not -(2**63) <= number < 2**63:
+            self._drop_once(key, "step", f"metric {raw!r} has step {step!r}, not a 64-bit int; it is not logged")
             return None
+        step = number
         last = self._last_step.get(key)
         if last is not None and step <= last:
             message = (
@@ -1318,7 +1389,7 @@ class MLFlowLogger(LoggerDestination):
         deadline = time.monotonic() + timeout_s
         self._finish_timeout_used = timeout_s
         end_ms = int(time.time() * 1000)
-        if self._struggling():
+        if self._struggling(slow_s=0.5):
             self._prepare_spill_store()
         with self._lock:
             self._finishing = True
@@ -1402,8 +1473,7 @@ class MLFlowLogger(LoggerDestination):
             f"MLflow run {self.run_id} at {self.tracking_uri}: {len(points)} metric points, the params, tags and "
             f"{len(artifacts)} artifacts could not be confirmed as delivered ({reason}). They are saved, with the "
             f"final status {status}, in the local MLflow store {self.spill_uri} (run {spill_run}). Import them "
-            f"when the server is reachable with:\n    {IMPORT_COMMAND} {self.spill_dir} --tracking-uri "
-            f"{self.tracking_uri}"
+            f"when the server is reachable with:\n    {self._import_hint}"
         )
 
     def _spill_to_spool(self, points: list[tuple[str, float, int, int]], status: str, err: BaseException,
@@ -1412,16 +1482,16 @@ class MLFlowLogger(LoggerDestination):
         folder = self.spill_dir / "spool" / str(self.run_id)
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            with self._lock:
-                for path in self._spool_files:  # already on disk in this folder; rewritten below
-                    with contextlib.suppress(OSError):
-                        path.unlink()
-                self._spool_files.clear()
-            path = folder / "final.jsonl"
-            with path.open("w") as handle:
+            final = folder / "final.jsonl"
+            with final.open("w") as handle:
                 handle.writelines(json.dumps(point) + "\n" for point in points)
             meta = {**self._spool_meta(), "params": self._params, "tags": self._all_tags, "status": status}
             (folder / "meta.json").write_text(json.dumps(meta, indent=1))
+            with self._lock:
+                for path in self._spool_files:  # their points are in final.jsonl now
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                self._spool_files.clear()
         except OSError as disk_error:
             self._warn(
                 f"MLflow run {self.run_id}: {len(points)} metric points could not be delivered ({reason}) nor saved "
@@ -1432,7 +1502,7 @@ class MLFlowLogger(LoggerDestination):
         self._warn(
             f"MLflow run {self.run_id} at {self.tracking_uri}: {len(points)} metric points could not be delivered "
             f"({reason}) and the spill store {self.spill_uri} failed ({_short(err)}); they are saved as JSON lines "
-            f"in {folder}. Import them with:\n    {IMPORT_COMMAND} {self.spill_dir} --tracking-uri {self.tracking_uri}"
+            f"in {folder}. Import them with:\n    {self._import_hint}"
         )
 
 
@@ -1636,6 +1706,32 @@ def _import_spool(folder: Path, tracking_uri: str | None) -> str:
         client.set_terminated(run_id, meta["status"])
     shutil.rmtree(folder)
     return str(run_id)
+
+
+def resume_run_id(checkpoint: str | Path) -> str | None:
+    """The MLflow run id a cadence checkpoint was written under (None if it has none).
+
+    `checkpoint` is a checkpoint file or a ``save_folder`` (its latest checkpoint). To keep one
+    MLflow run across a crash and resume::
+
+        run_id = resume_run_id(save_folder) if autoresume else None
+        logger = MLFlowLogger(experiment_name, run_id=run_id)
+        Trainer(..., loggers=[logger], save_folder=save_folder, autoresume=autoresume)
+    """
+    from cadence import checkpoint as ckpt
+
+    path = Path(checkpoint)
+    if path.is_dir():
+        latest = ckpt.find_latest(path)
+        if latest is None:
+            return None
+        path = latest
+    if not path.exists():
+        return None
+    for name, state in ckpt.load_checkpoint(path).get("callbacks", []):
+        if name == MLFlowLogger.__qualname__ and isinstance(state, dict) and state.get("run_id"):
+            return str(state["run_id"])
+    return None
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from cadence.augmentations import pil_to_tensor, tensor_to_pil
+
 __all__ = ["ColOutTransform", "colout_batch"]
 
 
@@ -133,21 +135,13 @@ def _is_pil(x: Any) -> bool:
 
 
 def _to_tensor(x: Any, name: str) -> torch.Tensor:
-    """A tensor as is; a PIL image as a ``(bands, H, W)`` tensor (PIL and NumPy imported only then)."""
+    """A tensor as is; a PIL image as a ``(bands, H, W)`` uint8 tensor."""
     if isinstance(x, torch.Tensor):
         return x
     if not _is_pil(x):
         raise TypeError(f"`sample` {name} must be a torch.Tensor or a PIL image, got {type(x).__name__}")
-    import numpy as np
-
-    array = torch.from_numpy(np.array(x))
-    return array.unsqueeze(0) if array.ndim == 2 else array.permute(2, 0, 1)
+    return pil_to_tensor(x)
 
 
 def _from_tensor(x: torch.Tensor, like: Any) -> Any:
-    if isinstance(like, torch.Tensor):
-        return x
-    from PIL import Image
-
-    array = x[0] if len(like.getbands()) == 1 else x.permute(1, 2, 0)
-    return Image.fromarray(array.contiguous().numpy()).convert(like.mode)
+    return x if isinstance(like, torch.Tensor) else tensor_to_pil(x, like.mode)

@@ -1,0 +1,308 @@
+"""``cadence-bench``: run, grid, report, demo (and the grid's hidden worker)."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from cadence_harness.recipe import (
+    RecipeError,
+    apply_overrides,
+    parse_recipe,
+    parse_value,
+    read_recipe_file,
+    resolve_recipe_path,
+)
+
+__all__ = ["main"]
+
+
+def _overrides(pairs: list[str]) -> dict[str, Any]:
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise RecipeError(
+                f"`--set` {pair!r}: write key=value, e.g. --set mixup.alpha=0.4 or --set optimizer.lr=0.2"
+            )
+        overrides[key.strip()] = parse_value(value.strip())
+    return overrides
+
+
+def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Recipe keys set by dedicated flags (--duration, --seeds, ...), applied after --set."""
+    flags = {
+        "model": args.model,
+        "data": args.data,
+        "duration": args.duration,
+        "subset": args.subset,
+        "eval_subset": args.eval_subset,
+        "batch_size": args.batch_size,
+        "device": args.device,
+        "seeds": args.seeds,
+    }
+    return {key: value for key, value in flags.items() if value is not None}
+
+
+def _methods(text: str | None) -> list[str]:
+    return [m.strip() for m in text.split(",") if m.strip()] if text else []
+
+
+def _command() -> str:
+    return shlex.join(["cadence-bench", *sys.argv[1:]])
+
+
+# Subcommands -----------------------------------------------------------------------------
+def _recipe(args: argparse.Namespace, methods: list[str], grid: dict[str, Any] | None = None) -> Any:
+    """The recipe file (or the flags alone), with --set and flag overrides, every named method included."""
+    overrides = {**_overrides(args.set), **_flag_overrides(args)}
+    if getattr(args, "recipe", None):
+        path = resolve_recipe_path(args.recipe)
+        values, source = read_recipe_file(path), str(path)
+    else:
+        values, source = {"name": getattr(args, "experiment", None) or "cadence-bench-run"}, "command line"
+    values = apply_overrides(values, overrides)
+    if grid:
+        values["grid"] = {**values.get("grid", {}), **grid}
+    for name in methods:  # methods named on the command line run with the recipe's (or default) hyperparameters
+        values["methods"].setdefault(name, {})
+    return parse_recipe(values, source=source)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cadence_harness.run import execute
+    from cadence_harness.runspec import TAG, RunSpec
+
+    methods = _methods(args.methods)
+    recipe = _recipe(args, methods)
+    for seed in recipe.seeds:
+        spec = RunSpec(recipe, tuple(methods), seed)
+        result = execute(
+            spec,
+            tracking_uri=args.tracking_uri,
+            data_dir=args.data_dir,
+            download=args.download,
+            progress_bar=not args.no_progress,
+            tags={f"{TAG}command": _command()},
+        )
+        shown = {k.removeprefix("final/"): round(v, 4) for k, v in result.metrics.items()}
+        print(f"{spec.run_name}: run {result.run_id} {shown}")
+    return 0
+
+
+def _grid_recipe(args: argparse.Namespace) -> Any:
+    grid: dict[str, Any] = {}
+    if args.methods:
+        grid["methods"] = _methods(args.methods)
+    if args.arms:
+        grid["arms"] = _methods(args.arms)
+    if args.combination:
+        grid["combinations"] = [c.split("+") for c in args.combination]
+    named = [*grid.get("methods", []), *(m for combo in grid.get("combinations", []) for m in combo)]
+    return _recipe(args, named, grid)
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    from cadence_harness.grid import expand, parse_shard, run_grid, select_shard
+
+    recipe = _grid_recipe(args)
+    shard = parse_shard(args.shard)
+    if args.dry_run:
+        specs = select_shard(expand(recipe), *shard)
+        for spec in specs:
+            print(f"{spec.run_name:40s} {spec.config_hash}")
+        print(f"{len(specs)} runs")
+        return 0
+    result = run_grid(
+        recipe,
+        tracking_uri=args.tracking_uri,
+        shard=shard,
+        rerun_finished=args.rerun_finished,
+        log_dir=args.log_dir,
+        data_dir=args.data_dir,
+        download=args.download,
+        timeout_s=args.timeout,
+        command=_command(),
+        jobs=args.jobs,
+    )
+    print(result.summary())
+    for spec, reason in result.failed:
+        print(f"FAILED {spec.run_name}: {reason.strip().splitlines()[-1] if reason.strip() else reason}")
+    return 1 if result.failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from cadence_harness.cards import write_cards, write_index
+    from cadence_harness.data import REPO_ROOT
+    from cadence_harness.report import build_report
+
+    report = build_report(args.experiment or None, tracking_uri=args.tracking_uri, out_dir=args.out)
+    print(report.markdown)
+    for path in report.files:
+        print(f"wrote {path}")
+    if args.cards:
+        methods_root = Path(args.methods_root or REPO_ROOT / "packages" / "methods")
+        index = Path(args.index or REPO_ROOT / "method_cards" / "INDEX.md")
+        plots = [p for p in report.files if p.suffix == ".png"]
+        for path in write_cards(report.summaries, methods_root=methods_root, min_seeds=args.min_seeds):
+            print(f"wrote the Results of {path}")
+        index = write_index(
+            report.summaries, methods_root=methods_root, index_path=index, plots=plots, min_seeds=args.min_seeds
+        )
+        print(f"wrote {index}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from cadence_harness.demo import run_demo
+
+    return run_demo(out_dir=args.out, tracking_uri=args.tracking_uri, data_dir=args.data_dir, rerun=args.rerun)
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from cadence.registry import registry
+
+    reg = registry()
+    for name, info in sorted(reg.methods.items()):
+        signature = inspect.signature(info.algorithm.__init__)
+        hyper = ", ".join(str(p) for n, p in signature.parameters.items() if n != "self")
+        print(f"{name:24s} {info.algorithm.__name__}({hyper})")
+    for name, reason in reg.broken.items():
+        print(f"{name:24s} could not be loaded: {reason}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """One run of a grid (invoked by `run_grid` in a fresh process); exit 3 means out of memory."""
+    from cadence.loggers.logger import failure_kind
+    from cadence_harness.grid import OOM_EXIT_CODE
+    from cadence_harness.run import execute
+    from cadence_harness.runspec import RunSpec
+
+    spec = RunSpec.from_json(Path(args.spec).read_text())
+    tags = dict(pair.split("=", 1) for pair in args.tag)
+    try:
+        execute(
+            spec,
+            tracking_uri=args.tracking_uri,
+            data_dir=args.data_dir,
+            download=args.download,
+            progress_bar=False,
+            tags=tags,
+            run_id_file=args.run_id_file,
+            microbatch_size=args.microbatch_size,
+        )
+    except Exception as error:
+        import traceback
+
+        traceback.print_exc()
+        return OOM_EXIT_CODE if failure_kind(error) == "oom" else 1
+    return 0
+
+
+# Parser ----------------------------------------------------------------------------------
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
+    )
+    parser.add_argument("--data-dir", help="folder holding the dataset files (also: $CADENCE_DATA)")
+    parser.add_argument("--download", action="store_true", help="let torchvision download a dataset not found locally")
+
+
+def _recipe_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key: batch_size=256, optimizer.lr=0.2, mixup.alpha=0.4",
+    )
+    parser.add_argument("--model", help="tv/<name>, timm/<name> or hf/<name-or-folder>")
+    parser.add_argument("--data", help="cifar10, fashion_mnist, digits, sst2, synthetic, synthetic_text")
+    parser.add_argument("--duration", help="training length: 10ep, 500ba, 3e4sp")
+    parser.add_argument("--subset", type=int, help="train on the first N training samples")
+    parser.add_argument("--eval-subset", type=int, help="evaluate on the first N test samples")
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--device", choices=["cpu", "gpu"])
+    parser.add_argument("--seeds", type=int, help="number of seeds (0, 1, ..., N-1)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cadence-bench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="train one configuration (one or more seeds) in this process")
+    run.add_argument("recipe", nargs="?", help="a recipe file or shipped recipe name (optional)")
+    run.add_argument("--methods", help="comma-separated methods, e.g. mixup,label_smoothing")
+    run.add_argument("--experiment", help="MLflow experiment when no recipe is given")
+    run.add_argument("--no-progress", action="store_true")
+    _recipe_flags(run)
+    _common(run)
+    run.set_defaults(func=cmd_run)
+
+    grid = commands.add_parser("grid", help="run a recipe's grid of method combinations, one process per run")
+    grid.add_argument("recipe", help="a recipe file or shipped recipe name")
+    grid.add_argument("--methods", help="the methods the arms range over (default: the recipe's)")
+    grid.add_argument("--arms", help="comma-separated: baseline, each, leave_one_out, pairs, all")
+    grid.add_argument(
+        "--combination", action="append", default=[], metavar="A+B", help="an extra arm, e.g. mixup+cutout"
+    )
+    grid.add_argument(
+        "--shard", default="1/1", help="run only shard i of n, e.g. 1/2 (machines sharing a tracking server)"
+    )
+    grid.add_argument("--rerun-finished", action="store_true", help="run even configurations MLflow already has")
+    grid.add_argument("--dry-run", action="store_true", help="list the runs and their config hashes, run nothing")
+    grid.add_argument("--timeout", type=float, help="seconds before a run is killed and recorded as failed")
+    grid.add_argument("--log-dir", default="cadence_runs/logs", help="where each run's console output goes")
+    grid.add_argument("--jobs", type=int, default=1, help="runs at once (default 1: concurrent runs distort timings)")
+    _recipe_flags(grid)
+    _common(grid)
+    grid.set_defaults(func=cmd_grid)
+
+    report = commands.add_parser("report", help="tables and plots from MLflow; --cards writes the method cards")
+    report.add_argument("--experiment", action="append", default=[], help="experiment(s) to report (default: all)")
+    report.add_argument("--out", default="cadence_runs/report", help="folder for report.md, summary.csv and plots")
+    report.add_argument(
+        "--cards", action="store_true", help="write Results into the method cards and method_cards/INDEX.md"
+    )
+    report.add_argument("--min-seeds", type=int, default=3, help="arms with fewer seeds stay out of the cards")
+    report.add_argument("--methods-root", help=argparse.SUPPRESS)
+    report.add_argument("--index", help=argparse.SUPPRESS)
+    report.add_argument(
+        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
+    )
+    report.set_defaults(func=cmd_report)
+
+    demo = commands.add_parser("demo", help="a small CPU comparison on real data, in a few minutes")
+    demo.add_argument("--out", default="cadence_runs/demo", help="folder for the table, plots and logs")
+    demo.add_argument("--rerun", action="store_true", help="train again even if the demo's runs are in MLflow")
+    _common(demo)
+    demo.set_defaults(func=cmd_demo)
+
+    methods = commands.add_parser("methods", help="list the installed methods and their hyperparameters")
+    methods.set_defaults(func=cmd_methods)
+
+    worker = commands.add_parser("worker")  # internal: one grid run in its own process
+    worker.add_argument("spec")
+    worker.add_argument("--run-id-file")
+    worker.add_argument("--microbatch-size", type=int)
+    worker.add_argument("--tag", action="append", default=[])
+    _common(worker)
+    worker.set_defaults(func=cmd_worker)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except RecipeError as error:
+        print(f"cadence-bench {args.command}: {error}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as error:  # a dataset that is not there: the message lists where we looked
+        print(f"cadence-bench {args.command}: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,214 @@
+"""Grids: expand a recipe into runs, run each in its own process, skip what MLflow already has.
+
+One process per run (as timm's ``bulk_runner``): a crash, a hang or an out-of-memory error
+ends that run only. It becomes a FAILED MLflow run with the error and the worker's log, and
+the grid goes on. A finished run is found in MLflow by its configuration hash and skipped,
+so rerunning a grid resumes it, and ``--shard i/n`` splits it over machines that share one
+tracking server. After an out-of-memory error the run is retried with half the microbatch
+size (gradient accumulation keeps the batch the same).
+"""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cadence_harness.recipe import Recipe, RecipeError
+from cadence_harness.runspec import TAG, RunSpec, config_hash
+from cadence_harness.tracking import finished_config_hashes, mark_failed, resolve_tracking_uri
+
+__all__ = ["GridResult", "expand", "parse_shard", "run_grid", "select_shard"]
+
+OOM_EXIT_CODE = 3
+
+
+def _arms(recipe: Recipe) -> list[tuple[str, ...]]:
+    methods = recipe.grid_methods
+    arms: list[tuple[str, ...]] = []
+    for kind in recipe.grid.get("arms", []):
+        if kind == "baseline":
+            arms.append(())
+        elif kind == "each":
+            arms += [(m,) for m in methods]
+        elif kind == "leave_one_out" and len(methods) > 1:
+            arms += [tuple(x for x in methods if x != m) for m in methods]
+        elif kind == "pairs":
+            arms += list(itertools.combinations(methods, 2))
+        elif kind == "all" and methods:
+            arms.append(tuple(methods))
+    arms += [tuple(combo) for combo in recipe.grid.get("combinations", [])]
+    unique: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for arm in arms:  # the same set of methods once, in the order first listed
+        unique.setdefault(tuple(sorted(arm)), arm)
+    return list(unique.values())
+
+
+def expand(recipe: Recipe) -> list[RunSpec]:
+    """Every run of the grid, seed-major: all arms of seed 0 first, so a partial grid is already comparable."""
+    return [RunSpec(recipe, arm, seed) for seed in recipe.seeds for arm in _arms(recipe)]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/3"`` → (2, 3): the second of three shards (1-based)."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise RecipeError(f"`--shard` = {text!r}: write i/n, e.g. 1/2 for the first of two machines") from None
+    if not 1 <= index <= count:
+        raise RecipeError(f"`--shard` = {text!r}: i must be between 1 and n")
+    return index, count
+
+
+def select_shard(specs: list[RunSpec], index: int, count: int) -> list[RunSpec]:
+    """Round-robin share of shard `index` of `count`; deterministic for a given recipe."""
+    return specs[index - 1 :: count]
+
+
+@dataclass
+class GridResult:
+    planned: int = 0
+    skipped: list[RunSpec] = field(default_factory=list)
+    finished: list[RunSpec] = field(default_factory=list)
+    failed: list[tuple[RunSpec, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{self.planned} runs planned: {len(self.skipped)} already finished (skipped), "
+            f"{len(self.finished)} finished now, {len(self.failed)} failed"
+        )
+
+
+def grid_tags(recipe: Recipe, specs: list[RunSpec], command: str) -> dict[str, str]:
+    """Tags every run of this grid carries: its membership (stable across reruns) and the command."""
+    membership = config_hash({"recipe": recipe.name, "runs": sorted(s.config_hash for s in specs)})
+    return {f"{TAG}grid": f"{recipe.name}:{membership}", f"{TAG}command": command}
+
+
+def _worker_command(spec_file: Path, uri: str, id_file: Path, options: dict[str, str | None]) -> list[str]:
+    command = [sys.executable, "-m", "cadence_harness", "worker", str(spec_file), "--tracking-uri", uri]
+    command += ["--run-id-file", str(id_file)]
+    for flag, value in options.items():
+        if value is not None:
+            command += [flag] if value == "" else [flag, value]
+    return command
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    if not path.is_file():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def run_one_in_subprocess(
+    spec: RunSpec,
+    *,
+    uri: str,
+    log_dir: Path,
+    tags: dict[str, str],
+    data_dir: str | None = None,
+    download: bool = False,
+    timeout_s: float | None = None,
+) -> str | None:
+    """Run `spec` in a worker process; returns None on success, else the reason it failed (recorded in MLflow)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    microbatch = spec.recipe.device_train_microbatch_size
+    with tempfile.TemporaryDirectory() as folder:
+        spec_file, id_file = Path(folder) / "spec.json", Path(folder) / "run_id"
+        spec_file.write_text(spec.to_json())
+        while True:
+            log_file = log_dir / f"{spec.experiment}-{spec.run_name}-{spec.config_hash[:8]}.log"
+            options = {
+                "--data-dir": data_dir,
+                "--download": "" if download else None,
+                "--microbatch-size": str(microbatch) if microbatch else None,
+            }
+            command = _worker_command(spec_file, uri, id_file, options)
+            for key, value in tags.items():
+                command += ["--tag", f"{key}={value}"]
+            id_file.unlink(missing_ok=True)
+            try:
+                with log_file.open("w") as log:
+                    code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+                reason = None if code == 0 else f"worker exited with code {code}:\n{_tail(log_file)}"
+            except subprocess.TimeoutExpired:
+                code, reason = -1, f"timed out after {timeout_s} s"
+            if reason is None:
+                return None
+            run_id = id_file.read_text().strip() if id_file.is_file() else None
+            mark_failed(
+                uri,
+                run_id=run_id,
+                experiment=spec.experiment,
+                run_name=spec.run_name,
+                tags={**spec.tags(), **tags},
+                error=reason,
+                log_file=log_file,
+            )
+            if code != OOM_EXIT_CODE:
+                return reason
+            microbatch = (microbatch or spec.recipe.batch_size) // 2
+            if microbatch < 1:
+                return reason
+            tags = {**tags, f"{TAG}oom_retry_microbatch": str(microbatch)}
+
+
+def run_grid(
+    recipe: Recipe,
+    *,
+    tracking_uri: str | None = None,
+    shard: tuple[int, int] = (1, 1),
+    rerun_finished: bool = False,
+    log_dir: str | Path = "cadence_runs/logs",
+    data_dir: str | None = None,
+    download: bool = False,
+    timeout_s: float | None = None,
+    command: str | None = None,
+    progress: bool = True,
+    jobs: int = 1,
+) -> GridResult:
+    """Run the grid of `recipe` (this machine's shard of it); finished runs in MLflow are skipped.
+
+    `jobs` runs that many worker processes at once. Keep it at 1 when the timings matter:
+    concurrent runs share the CPU (and GPU) and slow each other down.
+    """
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r} must be an int >= 1")
+    from tqdm.auto import tqdm
+
+    uri = resolve_tracking_uri(tracking_uri)
+    specs = expand(recipe)
+    tags = grid_tags(recipe, specs, command or shlex.join(["cadence-bench", *sys.argv[1:]]))
+    mine = select_shard(specs, *shard)
+    done = {} if rerun_finished else finished_config_hashes(uri, recipe.name)
+    result = GridResult(planned=len(mine))
+    todo = []
+    for spec in mine:
+        (result.skipped if spec.config_hash in done else todo).append(spec)
+    bar = tqdm(total=len(todo), desc=f"grid {recipe.name}", unit="run", disable=not progress, dynamic_ncols=True)
+
+    def launch(spec: RunSpec) -> tuple[RunSpec, str | None, float]:
+        started = time.perf_counter()
+        reason = run_one_in_subprocess(
+            spec, uri=uri, log_dir=Path(log_dir), tags=tags, data_dir=data_dir, download=download, timeout_s=timeout_s
+        )
+        return spec, reason, time.perf_counter() - started
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for spec, reason, elapsed in (f.result() for f in as_completed(pool.submit(launch, s) for s in todo)):
+            if reason is None:
+                result.finished.append(spec)
+                bar.write(f"  finished {spec.run_name} in {elapsed:.0f} s")
+            else:
+                result.failed.append((spec, reason))
+                last = reason.strip().splitlines()[-1] if reason.strip() else reason
+                bar.write(f"  FAILED   {spec.run_name} after {elapsed:.0f} s: {last}")
+            bar.update(1)
+    bar.close()
+    return result

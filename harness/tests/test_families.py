@@ -1,0 +1,78 @@
+"""Each model family trains 2 steps through the harness and logs to a real SQLite MLflow store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from cadence.registry import registry
+from cadence_harness.run import execute
+from cadence_harness.runspec import RunSpec
+
+MODEL_AGNOSTIC_METHODS = ["gradient_clipping", "ema", "decoupled_weight_decay"]
+
+
+def check_logged_run(tracking_uri: str, spec: RunSpec, run_id: str) -> None:
+    client = MlflowClient(tracking_uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == spec.run_name
+    params, tags, metrics = run.data.params, run.data.tags, run.data.metrics
+    assert params["model"] == spec.recipe.model and params["data"] == spec.recipe.data
+    assert params["methods"] == spec.arm_name and params["seed"] == str(spec.seed)
+    assert params["batch_size"] == str(spec.recipe.batch_size) and params["precision"] == "fp32"
+    for key in ("device_name", "versions.torch", "versions.cadence", "git_sha", "data_source"):
+        assert params[key], key
+    for name, kwargs in spec.method_kwargs():
+        assert params[f"method.{name}"].startswith(registry().method(name).algorithm.__name__)
+        for key, value in kwargs.items():
+            assert params[f"method.{name}.{key}"] == str(value)
+    assert tags["cadence.config_hash"] == spec.config_hash and tags["cadence.arm"] == spec.arm_name
+    losses = client.get_metric_history(run_id, "loss/train/total")
+    assert [m.step for m in losses] == [1, 2]
+    assert 0.0 <= metrics["metrics/eval/MulticlassAccuracy"] <= 1.0
+    assert metrics["final/accuracy"] == metrics["metrics/eval/MulticlassAccuracy"]
+    assert metrics["final/train_s"] > 0 and metrics["final/samples_per_s"] > 0
+    assert metrics["final/wall_s"] >= metrics["final/train_s"] + metrics["final/eval_s"] * 0.99
+    assert metrics["final/peak_memory_mb"] > 0
+    assert metrics["final/reached_target"] in (0.0, 1.0)
+    assert "config.json" in [a.path for a in client.list_artifacts(run_id)]
+
+
+def test_torchvision_family(tracking_uri: str, tiny_recipe: Any, image_methods: list[str]) -> None:
+    spec = RunSpec(tiny_recipe(methods={m: {} for m in image_methods}), tuple(image_methods), seed=0)
+    result = execute(spec, tracking_uri=tracking_uri, progress_bar=False)
+    check_logged_run(tracking_uri, spec, result.run_id)
+
+
+def test_timm_family(tracking_uri: str, tiny_recipe: Any, image_methods: list[str]) -> None:
+    recipe = tiny_recipe(model="timm/test_resnet", methods={m: {} for m in image_methods}, augment="flip_crop")
+    spec = RunSpec(recipe, tuple(image_methods), seed=1)
+    result = execute(spec, tracking_uri=tracking_uri, progress_bar=False)
+    check_logged_run(tracking_uri, spec, result.run_id)
+
+
+@pytest.mark.parametrize("model", ["hf/bert-tiny", "hf/gpt2-tiny"])
+def test_huggingface_family(tracking_uri: str, tiny_recipe: Any, model: str) -> None:
+    methods = [m for m in MODEL_AGNOSTIC_METHODS if m in registry().methods][:2]
+    recipe = tiny_recipe(model=model, data="synthetic_text", max_length=16, methods={m: {} for m in methods})
+    spec = RunSpec(recipe, tuple(methods), seed=0)
+    result = execute(spec, tracking_uri=tracking_uri, progress_bar=False)
+    check_logged_run(tracking_uri, spec, result.run_id)
+    assert MlflowClient(tracking_uri).get_run(result.run_id).data.metrics["final/tokens_per_s"] > 0
+
+
+def test_a_failing_method_marks_the_run_failed(
+    tracking_uri: str, tiny_recipe: Any, explode_plugin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CADENCE_TEST_EXPLODE", "1")
+    spec = RunSpec(tiny_recipe(methods={"explode": {"on_seed": 0, "how": "raise"}}), ("explode",), seed=0)
+    with pytest.raises(Exception, match="exploded on purpose"):
+        execute(spec, tracking_uri=tracking_uri, progress_bar=False)
+    client = MlflowClient(tracking_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert run.info.status == "FAILED"
+    assert "exploded on purpose" in run.data.tags["cadence.error"]
+    assert run.data.tags["cadence.failure"] == "MethodError"

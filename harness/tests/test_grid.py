@@ -1,0 +1,96 @@
+"""Grids: expansion, sharding, run identity, and a real 4-run grid where one run crashes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from cadence_harness.grid import expand, parse_shard, run_grid, select_shard
+from cadence_harness.recipe import Recipe, RecipeError
+from cadence_harness.runspec import RunSpec
+
+
+def unvalidated(arms: list[str], combinations: list[list[str]] | None = None, seeds: tuple[int, ...] = (0,)) -> Recipe:
+    """A recipe built directly (no registry needed): expansion only reads names."""
+    return Recipe(
+        name="g",
+        model="tv/resnet20",
+        data="synthetic",
+        duration="1ep",
+        seeds=seeds,
+        methods={"a": {}, "b": {"k": 1}, "c": {}},
+        grid={"arms": arms, "methods": ["a", "b", "c"], "combinations": combinations or []},
+    )
+
+
+def arms_of(recipe: Recipe) -> list[str]:
+    return [spec.arm_name for spec in expand(recipe) if spec.seed == recipe.seeds[0]]
+
+
+def test_arms_expand_as_named() -> None:
+    assert arms_of(unvalidated(["baseline", "each"])) == ["baseline", "a", "b", "c"]
+    assert arms_of(unvalidated(["leave_one_out"])) == ["b+c", "a+c", "a+b"]
+    assert arms_of(unvalidated(["pairs"])) == ["a+b", "a+c", "b+c"]
+    assert arms_of(unvalidated(["all"], [["c", "a"], ["b"]])) == ["a+b+c", "c+a", "b"]
+    assert arms_of(unvalidated(["pairs", "leave_one_out"])) == ["a+b", "a+c", "b+c"]  # the same sets once
+
+
+def test_runs_are_seed_major_and_shards_partition_the_grid() -> None:
+    specs = expand(unvalidated(["baseline", "each"], seeds=(0, 1, 2)))
+    assert [s.seed for s in specs[:4]] == [0, 0, 0, 0] and len(specs) == 12
+    shards = [select_shard(specs, i, 3) for i in (1, 2, 3)]
+    assert sorted(s.run_name for shard in shards for s in shard) == sorted(s.run_name for s in specs)
+    assert all(len(shard) == 4 for shard in shards)
+    assert parse_shard("2/3") == (2, 3)
+    for bad in ("0/2", "3/2", "1-2", "x"):
+        with pytest.raises(RecipeError, match=r"`--shard`"):
+            parse_shard(bad)
+
+
+def test_run_identity_is_stable_and_separates_seeds_from_arms() -> None:
+    recipe = unvalidated(["each"])
+    first, again = RunSpec(recipe, ("b",), 0), RunSpec(unvalidated(["baseline"]), ("b",), 0)
+    assert first.config_hash == again.config_hash  # the grid layout is not part of a run's identity
+    other_seed = RunSpec(recipe, ("b",), 1)
+    assert other_seed.config_hash != first.config_hash and other_seed.group_hash == first.group_hash
+    assert first.baseline_hash == RunSpec(recipe, (), 5).group_hash
+    assert first.config()["methods"] == [{"name": "b", "k": 1}]
+
+
+def test_a_spec_survives_the_trip_to_a_worker(tiny_recipe: Any) -> None:
+    spec = RunSpec(tiny_recipe(seeds=[3]), (), 3)
+    assert RunSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_crashing_run_is_recorded_failed_and_retried_on_rerun(
+    tracking_uri: str, tiny_recipe: Any, explode_plugin: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    recipe = tiny_recipe(
+        name="grid4", seeds=[0, 1], methods={"explode": {"on_seed": 1}}, grid={"arms": ["baseline", "each"]}
+    )
+    monkeypatch.setenv("CADENCE_TEST_EXPLODE", "1")  # explode-s1 kills its process mid-run
+    options = {"tracking_uri": tracking_uri, "log_dir": tmp_path / "logs", "command": "test", "progress": False}
+    first = run_grid(recipe, jobs=2, **options)
+    assert first.planned == 4 and len(first.finished) == 3 and not first.skipped
+    assert [spec.run_name for spec, _ in first.failed] == ["explode-s1"], first.failed
+    assert "exited with code 7" in first.failed[0][1]
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("grid4").experiment_id
+    runs = client.search_runs([experiment])
+    assert Counter(r.info.status for r in runs) == {"FINISHED": 3, "FAILED": 1}
+    (failed,) = [r for r in runs if r.info.status == "FAILED"]
+    assert failed.info.run_name == "explode-s1" and "code 7" in failed.data.tags["cadence.error"]
+    assert any(a.path.endswith(".log") for a in client.list_artifacts(failed.info.run_id))
+    assert {r.data.tags["cadence.grid"] for r in runs} == {next(iter(runs)).data.tags["cadence.grid"]}
+
+    monkeypatch.delenv("CADENCE_TEST_EXPLODE")  # the retried run now succeeds
+    second = run_grid(recipe, **options)
+    assert len(second.skipped) == 3 and [s.run_name for s in second.finished] == ["explode-s1"] and not second.failed
+    runs = client.search_runs([experiment])
+    assert Counter(r.info.status for r in runs) == {"FINISHED": 4, "FAILED": 1}
+    hashes = Counter(r.data.tags["cadence.config_hash"] for r in runs)
+    assert sorted(hashes.values()) == [1, 1, 1, 2]  # the failed configuration ran twice, under the same hash

@@ -1,0 +1,172 @@
+"""`report` on a store with known runs: table numbers computed independently, plots, cards, index."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from cadence.loggers import MLFlowLogger
+from cadence_harness.cards import MARK_END, MARK_START, write_cards, write_index
+from cadence_harness.recipe import Recipe
+from cadence_harness.report import build_report, pareto_front
+from cadence_harness.runspec import RunSpec
+
+RECIPE = Recipe(
+    name="known",
+    model="tv/resnet20",
+    data="digits",
+    duration="2ep",
+    methods={"fast": {}, "slow": {}},
+    target_accuracy=0.8,
+)
+RUNS = {  # arm: per seed (accuracy, train seconds, time to target or None)
+    (): [(0.80, 10.0, 6.0), (0.82, 11.0, 7.0), (0.81, 12.0, 8.0)],
+    ("fast",): [(0.83, 8.0, 4.0), (0.82, 9.0, 5.0), (0.85, 7.0, 3.0)],
+    ("slow",): [(0.70, 20.0, None), (0.72, 22.0, None)],
+}
+
+
+def log_known_runs(uri: str) -> None:
+    """Write runs the way `run.execute` does (tags, params, final/* metrics), without training."""
+    for arm, per_seed in RUNS.items():
+        for seed, (accuracy, train_s, reach) in enumerate(per_seed):
+            spec = RunSpec(RECIPE, arm, seed)
+            logger = MLFlowLogger(
+                experiment_name="known",
+                run_name=spec.run_name,
+                tracking_uri=uri,
+                tags={**spec.tags(), "cadence.command": "cadence-bench grid known.toml"},
+            )
+            logger.log_hyperparameters(
+                {
+                    "model": "tv/resnet20",
+                    "data": "digits",
+                    "duration": "2ep",
+                    "batch_size": 32,
+                    "target_accuracy": 0.8,
+                    "device_name": "test cpu",
+                    "precision": "fp32",
+                }
+            )
+            metrics = {
+                "final/accuracy": accuracy,
+                "final/train_s": train_s,
+                "final/wall_s": train_s + 1,
+                "final/samples_per_s": 1000 / train_s,
+                "final/peak_memory_mb": 100.0,
+                "final/reached_target": float(reach is not None),
+            }
+            if reach is not None:
+                metrics["final/time_to_target_s"] = reach
+            logger.log_metrics({"metrics/eval/MulticlassAccuracy": accuracy - 0.1, "time/train_s": train_s / 2}, step=5)
+            logger.log_metrics(
+                {"metrics/eval/MulticlassAccuracy": accuracy, "time/train_s": train_s, **metrics}, step=10
+            )
+            logger.finish("FINISHED")
+
+
+def t_half(values: list[float]) -> float:
+    return scipy_stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def bootstrap(numerator: list[float], denominator: list[float]) -> tuple[float, float]:
+    top, bottom = np.array(numerator), np.array(denominator)
+    index = np.random.default_rng(0).integers(0, len(top), size=(10_000, len(top)))
+    ratios = top[index].mean(1) / bottom[index].mean(1)
+    low, high = np.quantile(ratios, [0.025, 0.975])
+    return float(low), float(high)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder = tmp_path_factory.mktemp("store")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    log_known_runs(uri)
+    return build_report(["known"], tracking_uri=uri, out_dir=folder / "report")
+
+
+def test_table_numbers_match_an_independent_computation(report: Any) -> None:
+    rows = {s.arm: s for s in report.summaries}
+    assert list(rows) == ["baseline", "fast", "slow"]
+    base_acc, fast_acc = [r[0] for r in RUNS[()]], [r[0] for r in RUNS[("fast",)]]
+    base_time, fast_time = [r[1] for r in RUNS[()]], [r[1] for r in RUNS[("fast",)]]
+    base, fast = rows["baseline"], rows["fast"]
+    assert base.n == 3 and math.isclose(base.accuracy.mean, statistics.mean(base_acc))
+    assert math.isclose(base.accuracy.high - base.accuracy.mean, t_half(base_acc))
+    diffs = [a - b for a, b in zip(fast_acc, base_acc)]
+    assert math.isclose(fast.accuracy_delta.mean, statistics.mean(diffs))
+    assert math.isclose(fast.accuracy_delta.high - fast.accuracy_delta.mean, t_half(diffs))
+    assert math.isclose(fast.speedup.mean, statistics.mean(base_time) / statistics.mean(fast_time))
+    low, high = bootstrap(base_time, fast_time)
+    assert math.isclose(fast.speedup.low, low) and math.isclose(fast.speedup.high, high)
+    assert math.isclose(fast.speedup_to_target.mean, 7.0 / 4.0)
+    assert base.reached == 3 and rows["slow"].reached == 0 and rows["slow"].speedup_to_target is None
+
+    table = report.markdown
+    assert f"| baseline | 3 | {81.0:.2f} ± {t_half(base_acc) * 100:.2f} |" in table
+    expected_speedup = f"{11 / 8:.2f}x [{low:.2f}, {high:.2f}]"
+    assert f"| fast | 3 | {statistics.mean(fast_acc) * 100:.2f} ± {t_half(fast_acc) * 100:.2f} |" in table
+    assert expected_speedup in table
+    assert "| slow | 2 |" in table and "not reached" in table
+    assert "Reproduce: `cadence-bench grid known.toml`" in table
+
+
+def test_plots_and_files_are_written(report: Any) -> None:
+    names = sorted(p.name for p in report.files)
+    assert names == ["known-curves.png", "known-pareto.png", "report.md", "summary.csv"]
+    for path in report.files:
+        assert path.is_file() and path.stat().st_size > 0
+    assert report.files[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cards_get_results_only_between_the_markers(report: Any, tmp_path: Path) -> None:
+    methods_root = tmp_path / "repo" / "packages" / "methods"
+    before, after = "---\nname: Fast\ntldr: goes fast\n---\n\n# Fast\n\n## Results\n\n", "\n\ntail text\n"
+    for name in ("fast", "other"):
+        (methods_root / name).mkdir(parents=True)
+        (methods_root / name / "card.md").write_text(f"{before}{MARK_START}\nold\n{MARK_END}{after}")
+    written = write_cards(report.summaries, methods_root=methods_root, min_seeds=3)
+    assert written == [methods_root / "fast" / "card.md"]
+    text = written[0].read_text()
+    assert text.startswith(before + MARK_START) and text.endswith(MARK_END + after) and "old" not in text
+    assert "| fast | 3 |" in text and "| baseline | 3 |" in text and "| slow |" not in text
+    assert "- runs: `cadence-bench grid known.toml`" in text
+    assert (methods_root / "other" / "card.md").read_text() == f"{before}{MARK_START}\nold\n{MARK_END}{after}"
+
+    index = write_index(
+        report.summaries,
+        methods_root=methods_root,
+        index_path=tmp_path / "repo" / "method_cards" / "INDEX.md",
+        plots=[p for p in report.files if p.suffix == ".png"],
+    )
+    content = index.read_text()
+    assert "[Fast](../packages/methods/fast/card.md)" in content and "not measured" in content
+    assert (
+        index.parent / "known-pareto.png"
+    ).is_file() and "![accuracy against training time](known-pareto.png)" in content
+
+
+def test_cards_need_enough_seeds(report: Any, tmp_path: Path) -> None:
+    root = tmp_path / "methods"
+    (root / "fast").mkdir(parents=True)
+    (root / "fast" / "card.md").write_text(f"x\n{MARK_START}\n{MARK_END}\n")
+    assert write_cards(report.summaries, methods_root=root, min_seeds=4) == []
+
+
+def test_a_card_without_markers_is_an_error(report: Any, tmp_path: Path) -> None:
+    root = tmp_path / "methods"
+    (root / "fast").mkdir(parents=True)
+    (root / "fast" / "card.md").write_text("no markers\n")
+    with pytest.raises(ValueError, match="has no `<!-- results:start -->`"):
+        write_cards(report.summaries, methods_root=root)
+
+
+def test_pareto_front_keeps_the_undominated_points() -> None:
+    points = [(10.0, 80.0), (8.0, 83.0), (20.0, 70.0), (12.0, 85.0), (9.0, 82.0)]
+    assert pareto_front(points) == [1, 3]

@@ -1,0 +1,78 @@
+"""The run clock: evaluation and warm-up stay out of training time; time-to-target is read at evaluations."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from cadence import Callback, Classifier, Trainer
+from cadence_harness.stats import paired_bootstrap_ratio, paired_t_difference, t_interval
+from cadence_harness.timing import RunTimer
+
+
+class SlowEval(Callback):
+    """Sleeps at the start of every evaluation (after the timer has paused)."""
+
+    def eval_start(self, state: Any, logger: Any) -> None:
+        time.sleep(0.2)
+
+
+def train(timer: RunTimer, batches: int = 4) -> Trainer:
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    model = Classifier(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)), 2)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=4),
+        eval_dataloader=DataLoader(data, batch_size=8),
+        eval_interval="2ba",
+        max_duration=f"{batches}ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        callbacks=[timer, SlowEval()],
+        progress_bar=False,
+        seed=0,
+    )
+    trainer.fit()
+    trainer.close()
+    return trainer
+
+
+def test_evaluation_is_not_training_time() -> None:
+    timer = RunTimer("MulticlassAccuracy", target=None)
+    train(timer)
+    summary = timer.summary(torch.device("cpu"))
+    assert summary["final/eval_s"] >= 0.4  # two evaluations of at least 0.2 s
+    assert summary["final/train_s"] < summary["final/wall_s"] - 0.39
+    assert summary["final/samples_per_s"] == 16 / summary["final/train_s"]
+    assert [batch for batch, _, _ in timer.history] == [2, 4]
+    assert "final/time_to_target_s" not in summary and summary["final/peak_memory_mb"] > 0
+
+
+def test_time_to_target_is_the_training_time_of_the_first_evaluation_that_reaches_it() -> None:
+    timer = RunTimer("MulticlassAccuracy", target=0.0)
+    train(timer)
+    _, first_train_s, _ = timer.history[0]
+    assert timer.time_to_target_s == first_train_s
+    assert timer.summary(torch.device("cpu"))["final/reached_target"] == 1.0
+
+
+def test_warmup_batches_are_timed_apart() -> None:
+    timer = RunTimer("MulticlassAccuracy", target=None, warmup_batches=1)
+    train(timer)
+    summary = timer.summary(torch.device("cpu"))
+    assert summary["final/warmup_s"] > 0
+    assert summary["final/samples_per_s"] == 12 / summary["final/train_s"]  # 3 measured batches of 4
+
+
+def test_intervals() -> None:
+    single = t_interval([0.5])
+    assert single.low is None and single.format(scale=100) == "50.00"
+    interval = t_interval([1.0, 2.0, 3.0])
+    assert interval.mean == 2.0 and interval.format() == "2.00 ± 2.48"
+    assert paired_t_difference([2.0, 3.0], [1.0, 1.0]).mean == 1.5
+    ratio = paired_bootstrap_ratio([10.0, 12.0, 11.0], [5.0, 6.0, 5.5])
+    assert ratio.mean == 2.0 and ratio.low == ratio.high == 2.0
+    assert t_interval([]).format() == "n/a"

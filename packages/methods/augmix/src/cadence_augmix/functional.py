@@ -1,0 +1,184 @@
+"""AugMix (Hendrycks et al., 2020): mix an image with `width` chains of random operations.
+
+Each chain applies `depth` operations (1 to 3 at random when ``depth=-1``); the chains are
+mixed with Dirichlet(alpha) weights, and the mixture with the original image with a
+Beta(alpha, alpha) weight: ``(1 - m) x + m sum_i w_i chain_i(x)``. `augmix_image` is Composer's
+per-image function (PIL images and CHW tensors); `augmix_batch` does a whole NCHW batch on its
+device with per-sample chains, weights and operations and no host synchronisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from cadence.augmentations import (
+    apply_ops,
+    augment_image,
+    augmentation_sets,
+    draw_ops,
+    map_images,
+    resolve_augmentation_set,
+    to_pixels,
+)
+from cadence.rng import sample_beta, sample_dirichlet
+
+__all__ = ["AugmentAndMixTransform", "augmix", "augmix_batch", "augmix_image"]
+
+_MAX_DEPTH = 3  # depth=-1 draws each chain's depth uniformly from 1..3
+_CPU_CHAINS_BYTES = 8 * 2**20  # on CPU, larger chain batches run chain by chain
+
+
+def check_augmix_args(severity: Any, depth: Any, width: Any, alpha: Any, augmentation_set: Any) -> tuple[str, ...]:
+    """Validate the hyperparameters; returns the op names of `augmentation_set`."""
+    if isinstance(severity, bool) or not isinstance(severity, (int, float)):
+        raise TypeError(f"`severity` must be a number in [1, 10], got {severity!r}")
+    if not 1 <= severity <= 10:
+        raise ValueError(f"`severity`={severity!r} is out of range; use a value in [1, 10] (default 3)")
+    for name, value in (("depth", depth), ("width", width)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"`{name}` must be an int, got {value!r}")
+    if depth != -1 and depth < 1:
+        raise ValueError(f"`depth`={depth!r} must be >= 1, or -1 for a random depth of 1 to 3 per chain")
+    if width < 1:
+        raise ValueError(f"`width`={width!r} must be >= 1 (the number of augmentation chains mixed)")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+        raise ValueError(f"`alpha`={alpha!r} must be a number > 0 (the Dirichlet and Beta concentration)")
+    return resolve_augmentation_set(augmentation_set)
+
+
+def _mix(
+    original: torch.Tensor, chains: list[torch.Tensor], alpha: float, generator: torch.Generator | None
+) -> torch.Tensor:
+    """``(1 - m) x + m sum_i w_i chain_i`` with w ~ Dirichlet(alpha) and m ~ Beta(alpha, alpha) per sample."""
+    n, width = original.shape[0], len(chains)
+    draw = generator.device if generator is not None else original.device
+    concentration = torch.full((n, width), float(alpha), device=draw)
+    weights = (
+        sample_dirichlet(concentration, generator).to(original.device, original.dtype).T.reshape(width, n, 1, 1, 1)
+    )
+    skip = sample_beta(concentration[:, 0], concentration[:, 0], generator).to(original.device, original.dtype)
+    mixed = chains[0] * weights[0]
+    for chain, weight in zip(chains[1:], weights[1:]):
+        mixed = mixed.addcmul_(chain, weight)
+    skip = skip.view(-1, 1, 1, 1)
+    return torch.addcmul(original * (1 - skip), mixed, skip)
+
+
+def augmix_image(
+    img: Any,
+    severity: float = 3,
+    depth: int = -1,
+    width: int = 3,
+    alpha: float = 1.0,
+    augmentation_set: str | Sequence[str] = augmentation_sets["all"],
+    *,
+    generator: torch.Generator | None = None,
+) -> Any:
+    """AugMix one image.
+
+    Args:
+        img: a PIL image ('L' or 'RGB') or a CHW tensor, uint8 or float in [0, 1] (an NCHW tensor is
+            augmented image by image). Normalise after augmenting, never before.
+        severity: strength of every operation, 1 (mild) to 10 (strongest); each draws its magnitude
+            at random up to this level, as in Composer.
+        depth: operations per chain; -1 draws 1, 2 or 3 for each chain.
+        width: number of chains mixed.
+        alpha: concentration of the Dirichlet chain weights and of the Beta(alpha, alpha) weight of
+            the mixture against the original image. Small values put almost all weight on one
+            chain, and on either the original or the mixture; large ones mix evenly.
+        augmentation_set: 'all', 'safe' (no operation that overlaps an ImageNet-C corruption, as in
+            the paper) or 'original' (see `cadence.augmentations.augmentation_sets`), or op names.
+        generator: the source of randomness; torch's default RNG when None, which DataLoader
+            workers seed differently per worker.
+
+    Returns:
+        The augmented image, of the input's type, dtype and shape.
+    """
+    ops = check_augmix_args(severity, depth, width, alpha, augmentation_set)
+    if isinstance(img, torch.Tensor) and img.ndim == 4:
+        return map_images(lambda i: augmix_image(i, severity, depth, width, alpha, ops, generator=generator), img)
+    pixels, restore, eight_bit = to_pixels(img, single=True)
+    draw = generator.device if generator is not None else pixels.device
+    chains = []
+    for _ in range(width):
+        steps = depth if depth > 0 else int(torch.randint(1, _MAX_DEPTH + 1, (1,), generator=generator, device=draw))
+        chains.append(augment_image(pixels, ops, severity, steps, generator, quantize=eight_bit))
+    return restore(_mix(pixels, chains, alpha, generator))
+
+
+def augmix_batch(
+    images: torch.Tensor,
+    severity: float = 3,
+    depth: int = -1,
+    width: int = 3,
+    alpha: float = 1.0,
+    augmentation_set: str | Sequence[str] = "all",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """`augmix_image` on every image of an NCHW batch at once, on the batch's device.
+
+    The ``width`` chains of all samples run as one batch of ``width * N`` images (chain by chain
+    for large batches on CPU, with the same result); with ``depth=-1`` every chain runs 3 steps and
+    the steps beyond each chain's drawn depth do nothing. Chains, weights and operations are drawn
+    per sample from `generator`, on its device. Keeps dtype (uint8, or float in [0, 1]), device
+    and memory format.
+    """
+    ops = check_augmix_args(severity, depth, width, alpha, augmentation_set)
+    pixels, restore, eight_bit = to_pixels(images)
+    n, _, h, w = pixels.shape
+    steps = _MAX_DEPTH if depth == -1 else depth
+    op_ids, values = draw_ops(width * n, ops, severity, steps, (h, w), generator, pixels.device)  # chain-major
+    if depth == -1:  # every chain runs _MAX_DEPTH steps; those beyond its drawn depth do nothing
+        draw = generator.device if generator is not None else pixels.device
+        chain_depth = torch.randint(1, _MAX_DEPTH + 1, (width * n,), generator=generator, device=draw)
+        active = torch.arange(_MAX_DEPTH, device=pixels.device).view(-1, 1) < chain_depth.to(pixels.device)
+        op_ids = torch.where(active, op_ids, -1)
+    if pixels.device.type == "cpu" and width * pixels.numel() * pixels.element_size() > _CPU_CHAINS_BYTES:
+        # chain by chain: a smaller working set for large images on CPU (same result)
+        chains = [
+            apply_ops(pixels, op_ids[:, i * n : (i + 1) * n], values[:, i * n : (i + 1) * n], ops, quantize=eight_bit)
+            for i in range(width)
+        ]
+    else:  # all chains as one batch of width * N images
+        chains = list(apply_ops(pixels.repeat(width, 1, 1, 1), op_ids, values, ops, quantize=eight_bit).chunk(width))
+    return restore(_mix(pixels, chains, alpha, generator))
+
+
+class AugmentAndMixTransform(torch.nn.Module):
+    """`augmix_image` as a transform, e.g. ``torchvision.transforms.Compose([AugmentAndMixTransform(), ...])``."""
+
+    def __init__(
+        self,
+        severity: float = 3,
+        depth: int = -1,
+        width: int = 3,
+        alpha: float = 1.0,
+        augmentation_set: str | Sequence[str] = "all",
+    ):
+        super().__init__()
+        self.ops = check_augmix_args(severity, depth, width, alpha, augmentation_set)
+        self.severity, self.depth, self.width, self.alpha = severity, depth, width, alpha
+        self.augmentation_set = augmentation_set
+
+    def forward(self, img: Any) -> Any:
+        return augmix_image(img, self.severity, self.depth, self.width, self.alpha, self.ops)
+
+    def extra_repr(self) -> str:
+        return (
+            f"severity={self.severity}, depth={self.depth}, width={self.width}, alpha={self.alpha}, "
+            f"augmentation_set={self.augmentation_set!r}"
+        )
+
+
+def augmix(
+    severity: float = 3,
+    depth: int = -1,
+    width: int = 3,
+    alpha: float = 1.0,
+    augmentation_set: str | Sequence[str] = "all",
+) -> AugmentAndMixTransform:
+    """An `AugmentAndMixTransform` for a dataset's transforms (PIL images or CHW tensors)."""
+    return AugmentAndMixTransform(severity, depth, width, alpha, augmentation_set)

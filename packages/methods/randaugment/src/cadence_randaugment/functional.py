@@ -1,0 +1,109 @@
+"""RandAugment (Cubuk et al., 2020): `depth` random image operations of strength `severity`.
+
+`randaugment_image` is Composer's per-image function (PIL images and CHW tensors; a dataset
+transform). `randaugment_batch` goes beyond it: it augments a whole NCHW batch on its device,
+every sample drawing its own operations and magnitudes from a seedable generator, without a
+per-sample loop or a host synchronisation. Both use the primitives of `cadence.augmentations`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from cadence.augmentations import (
+    augment_batch,
+    augment_image,
+    augmentation_sets,
+    map_images,
+    resolve_augmentation_set,
+    to_pixels,
+)
+
+__all__ = ["RandAugmentTransform", "randaugment", "randaugment_batch", "randaugment_image"]
+
+
+def check_randaugment_args(severity: Any, depth: Any, augmentation_set: Any) -> tuple[str, ...]:
+    """Validate the hyperparameters; returns the op names of `augmentation_set`."""
+    if isinstance(severity, bool) or not isinstance(severity, (int, float)):
+        raise TypeError(f"`severity` must be a number in [1, 10], got {severity!r}")
+    if not 1 <= severity <= 10:
+        raise ValueError(f"`severity`={severity!r} is out of range; use a value in [1, 10] (default 9)")
+    if isinstance(depth, bool) or not isinstance(depth, int):
+        raise TypeError(f"`depth` must be an int >= 1, got {depth!r}")
+    if depth < 1:
+        raise ValueError(f"`depth`={depth!r} must be >= 1 (the number of operations applied to each image)")
+    return resolve_augmentation_set(augmentation_set)
+
+
+def randaugment_image(
+    img: Any,
+    severity: float = 9,
+    depth: int = 2,
+    augmentation_set: str | Sequence[str] = augmentation_sets["all"],
+    *,
+    generator: torch.Generator | None = None,
+) -> Any:
+    """Apply `depth` operations, each drawn uniformly from `augmentation_set`, to one image.
+
+    Args:
+        img: a PIL image ('L' or 'RGB') or a CHW tensor, uint8 or float in [0, 1] (an NCHW tensor is
+            augmented image by image). Normalise after augmenting, never before.
+        severity: strength of every operation, 1 (mild) to 10 (strongest); M in the paper. Each
+            operation draws its magnitude at random up to this level, as Composer does.
+        depth: number of operations applied in a row; N in the paper.
+        augmentation_set: 'all', 'safe' (no operation that overlaps an ImageNet-C corruption) or
+            'original' (see `cadence.augmentations.augmentation_sets`), or a sequence of op names.
+        generator: the source of randomness; torch's default RNG when None, which DataLoader
+            workers seed differently per worker.
+
+    Returns:
+        The augmented image, of the input's type, dtype and shape.
+    """
+    ops = check_randaugment_args(severity, depth, augmentation_set)
+    if isinstance(img, torch.Tensor) and img.ndim == 4:
+        return map_images(lambda i: randaugment_image(i, severity, depth, ops, generator=generator), img)
+    pixels, restore, eight_bit = to_pixels(img, single=True)
+    return restore(augment_image(pixels, ops, severity, depth, generator, quantize=eight_bit))
+
+
+def randaugment_batch(
+    images: torch.Tensor,
+    severity: float = 9,
+    depth: int = 2,
+    augmentation_set: str | Sequence[str] = "all",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """`randaugment_image` on every image of an NCHW batch at once, on the batch's device.
+
+    Each sample draws its own operations and magnitudes (from `generator`, on its device), so the
+    result has the distribution of a per-image loop, at the cost of a few passes over the batch
+    per step. Keeps dtype (uint8, or float in [0, 1]), device and memory format.
+    """
+    ops = check_randaugment_args(severity, depth, augmentation_set)
+    pixels, restore, eight_bit = to_pixels(images)
+    return restore(augment_batch(pixels, ops, severity, depth, generator, quantize=eight_bit))
+
+
+class RandAugmentTransform(torch.nn.Module):
+    """`randaugment_image` as a transform, e.g. ``torchvision.transforms.Compose([RandAugmentTransform(), ...])``."""
+
+    def __init__(self, severity: float = 9, depth: int = 2, augmentation_set: str | Sequence[str] = "all"):
+        super().__init__()
+        self.ops = check_randaugment_args(severity, depth, augmentation_set)
+        self.severity, self.depth, self.augmentation_set = severity, depth, augmentation_set
+
+    def forward(self, img: Any) -> Any:
+        return randaugment_image(img, self.severity, self.depth, self.ops)
+
+    def extra_repr(self) -> str:
+        return f"severity={self.severity}, depth={self.depth}, augmentation_set={self.augmentation_set!r}"
+
+
+def randaugment(
+    severity: float = 9, depth: int = 2, augmentation_set: str | Sequence[str] = "all"
+) -> RandAugmentTransform:
+    """A `RandAugmentTransform` for a dataset's transforms (PIL images or CHW tensors)."""
+    return RandAugmentTransform(severity, depth, augmentation_set)
