@@ -89,23 +89,32 @@ class Engine:
             state.algorithms = list(algorithms)
         if callbacks is not None:
             state.callbacks = list(callbacks)
-        check_composition(state.algorithms)
         self.logger = logger if logger is not None else Logger(state)
         self._algorithm_plan: dict[Event, list[Algorithm]] = {}
         self._callback_plan: dict[Event, list[Callback]] = {}
         self._plan_key: tuple[int, ...] = ()
+        self.refresh()
 
     # Planning ---------------------------------------------------------------------
     def _refresh_plan(self) -> None:
-        key = (*tuple(map(id, self.state.algorithms)), -1, *tuple(map(id, self.state.callbacks)))
-        if key == self._plan_key:
-            return
-        ranked = sorted(self.state.algorithms, key=lambda algorithm: algorithm.order)  # stable
+        # Replanning is cheap but runs ~15 times per batch, so the staleness key is the lists'
+        # identities and lengths: assigning or appending is noticed. Replacing an item of the
+        # same list in place is not; call `refresh()` after doing that.
+        algorithms, callbacks = self.state.algorithms, self.state.callbacks
+        key = (id(algorithms), len(algorithms), id(callbacks), len(callbacks))
+        if key != self._plan_key:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute which method and callback runs on which event, in which order."""
+        algorithms, callbacks = self.state.algorithms, self.state.callbacks
+        check_composition(algorithms)
+        ranked = sorted(algorithms, key=lambda algorithm: algorithm.order)  # stable
         for event in Event:
             candidates = [a for a in ranked if not a.events or event in a.events]
             self._algorithm_plan[event] = candidates[::-1] if event.is_after_event else candidates
-            self._callback_plan[event] = [c for c in self.state.callbacks if c.handles(event)]
-        self._plan_key = key
+            self._callback_plan[event] = [c for c in callbacks if c.handles(event)]
+        self._plan_key = (id(algorithms), len(algorithms), id(callbacks), len(callbacks))
 
     def plan(self, event: Event | str) -> list[Algorithm]:
         """The methods that may run on `event`, in the order they would run."""
@@ -127,16 +136,20 @@ class Engine:
 
     # Running ----------------------------------------------------------------------
     def run_event(self, event: Event | str) -> None:
-        event = Event(event)
+        if event.__class__ is not Event:
+            event = Event(event)
         self._refresh_plan()
+        algorithms, callbacks = self._algorithm_plan[event], self._callback_plan[event]
+        if not (algorithms or callbacks):
+            return
         state, logger = self.state, self.logger
-        for algorithm in self._algorithm_plan[event]:
+        for algorithm in algorithms:
             if algorithm.match(event, state):
                 try:
                     algorithm.apply(event, state, logger)
                 except Exception as error:
                     raise MethodError(algorithm.name, event, error) from error
-        for callback in self._callback_plan[event]:
+        for callback in callbacks:
             try:
                 callback.run_event(event, state, logger)
             except Exception as error:

@@ -206,15 +206,12 @@ class Timestamp:
     batch_wct: float = 0.0
 
     def get(self, unit: TimeUnit | str) -> int:
-        unit = TimeUnit.parse(unit)
-        if unit is TimeUnit.DURATION:
-            raise ValueError("a Timestamp counts ep/ba/sp/tok; use State.get_elapsed_duration() for 'dur'")
-        return {
-            TimeUnit.EPOCH: self.epoch,
-            TimeUnit.BATCH: self.batch,
-            TimeUnit.SAMPLE: self.sample,
-            TimeUnit.TOKEN: self.token,
-        }[unit]
+        field = _COUNTERS.get(unit)  # type: ignore[call-overload]
+        if field is None:
+            if TimeUnit.parse(unit) is TimeUnit.DURATION:
+                raise ValueError("a Timestamp counts ep/ba/sp/tok; use State.get_elapsed_duration() for 'dur'")
+            field = _COUNTERS[TimeUnit.parse(unit)]
+        return getattr(self, field)
 
     def to_next_batch(self, samples: int, tokens: int = 0, duration: float = 0.0) -> Timestamp:
         return Timestamp(
@@ -250,3 +247,6 @@ class Timestamp:
         if unknown:
             raise ValueError(f"unknown Timestamp fields in checkpoint: {sorted(unknown)}")
         return cls(**state)
+
+
+_COUNTERS = {TimeUnit.EPOCH: "epoch", TimeUnit.BATCH: "batch", TimeUnit.SAMPLE: "sample", TimeUnit.TOKEN: "token"}
