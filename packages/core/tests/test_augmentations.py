@@ -359,3 +359,16 @@ def test_dense_path_never_synchronises() -> None:
         A.augment_batch(images, ops, 9, 2, torch.Generator().manual_seed(0), quantize=True, grouped=False)
     assert "grid_sampler_2d" in recorder.names and "scatter_add_" in recorder.names
     assert not recorder.names & (_SYNCING | {"boolean mask indexing"})
+
+
+def test_cpu_blocks_of_samples_give_the_same_result_as_one_block(monkeypatch) -> None:
+    from cadence import augmentations
+
+    images = torch.randint(0, 256, (9, 3, 16, 16), generator=torch.Generator().manual_seed(0)).float()
+    op_ids, values = augmentations.draw_ops(
+        9, augmentations.resolve_augmentation_set("all"), 9, 3, (16, 16), torch.Generator().manual_seed(1)
+    )
+    whole = augmentations.apply_ops(images, op_ids, values, augmentations.OPS, quantize=True)
+    monkeypatch.setattr(augmentations, "_CPU_BLOCK_BYTES", 2 * images[0].numel() * images.element_size())
+    blocked = augmentations.apply_ops(images, op_ids, values, augmentations.OPS, quantize=True)  # blocks of 2
+    assert torch.equal(whole, blocked)

@@ -386,6 +386,9 @@ def random_uniform(shape: Sequence[int], generator: torch.Generator | None, devi
     return torch.rand(tuple(shape), generator=generator, device=_draw_device(generator, device)).to(device)
 
 
+_CPU_BLOCK_BYTES = 1 << 20  # about a core's L2 cache
+
+
 def draw_ops(
     n: int,
     ops: Sequence[str],
@@ -430,9 +433,19 @@ def apply_ops(
             the host, so it is free only on CPU. Default: grouped on CPU, dense elsewhere. Both give
             the same result.
     """
-    _, _, h, w = images.shape
+    n, _, h, w = images.shape
     if images.device.type == "cpu" if grouped is None else grouped:
-        return _apply_grouped(images.clone(), op_ids, values, quantize)
+        # In cache-sized blocks of samples: a whole large batch streams through memory at every
+        # primitive, while a block stays in cache (each sample's ops are its own, so the result
+        # is the same).
+        block = max(1, _CPU_BLOCK_BYTES // max(1, images[0].numel() * images.element_size()))
+        if n <= block:
+            return _apply_grouped(images.clone(), op_ids, values, quantize)
+        parts = [
+            _apply_grouped(images[i : i + block].clone(), op_ids[:, i : i + block], values[:, i : i + block], quantize)
+            for i in range(0, n, block)
+        ]
+        return torch.cat(parts)
     for step in range(op_ids.shape[0]):
         images = apply_op_parameters(images, primitive_parameters(op_ids[step], values[step], h, w, ops))
         images = images.round() if quantize else images
