@@ -41,7 +41,6 @@ from cadence.loggers.mlflow import (  # noqa: E402
     TAG_TARGET_RUN,
     MLFlowLogger,
     MLflowLoggerWarning,
-    _main,
     chunk_metrics,
     chunk_params_tags,
     import_spill,
@@ -49,6 +48,7 @@ from cadence.loggers.mlflow import (  # noqa: E402
     sanitize_name,
     stable_str,
 )
+from cadence.loggers.mlflow.spill import main as _main  # noqa: E402
 
 FAST = {"flush_interval_s": 0.05, "max_backoff_s": 0.5}
 

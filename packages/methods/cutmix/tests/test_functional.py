@@ -8,7 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cadence_cutmix import cutmix_batch
-from cadence_cutmix.functional import _dense_targets, _draw_lambda, _interpolate_loss, _mix, _random_bbox
+from cadence_cutmix.functional import _draw_lambda, _interpolate_loss, _mix, _random_bbox
+
+from cadence.models import ensure_targets_one_hot
 
 
 def _constant_images(n: int, height: int = 8, width: int = 8) -> torch.Tensor:
@@ -65,7 +67,7 @@ def test_mixed_targets_weight_the_original_label_by_area() -> None:
     _, y_perm, area, _ = cutmix_batch(
         _constant_images(5), y, indices=indices, generator=torch.Generator().manual_seed(1)
     )
-    mixed = _mix(_dense_targets(y, torch.zeros(5, 4)), indices, area)
+    mixed = _mix(ensure_targets_one_hot(torch.zeros(5, 4), y), indices, area)
     torch.testing.assert_close(mixed, area * F.one_hot(y, 4).float() + (1 - area) * F.one_hot(y_perm, 4).float())
     torch.testing.assert_close(mixed.sum(dim=1), torch.ones(5))
 
@@ -76,7 +78,7 @@ def test_target_interpolation_equals_loss_interpolation_for_cross_entropy() -> N
     logits = torch.randn(16, 5, generator=torch.Generator().manual_seed(2))
     indices = torch.randperm(16, generator=torch.Generator().manual_seed(3))
     _, y_perm, area, _ = cutmix_batch(x, y, indices=indices, generator=torch.Generator().manual_seed(4))
-    by_targets = F.cross_entropy(logits, _mix(_dense_targets(y, logits), indices, area))
+    by_targets = F.cross_entropy(logits, _mix(ensure_targets_one_hot(logits, y), indices, area))
     by_loss = _interpolate_loss(F.cross_entropy(logits, y), F.cross_entropy(logits, y_perm), area)
     assert abs(by_targets.item() - by_loss.item()) <= 1e-6
 

@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cadence_mixup import mixup_batch
-from cadence_mixup.functional import _dense_targets, _interpolate_loss, _mix
+from cadence_mixup.functional import _interpolate_loss, _mix
+
+from cadence.models import ensure_targets_one_hot
 
 
 def _batch(n: int = 8, num_classes: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,7 +69,7 @@ def test_target_interpolation_equals_loss_interpolation_for_cross_entropy() -> N
     logits = torch.randn(16, 5, generator=torch.Generator().manual_seed(4))
     indices = torch.randperm(16, generator=torch.Generator().manual_seed(5))
     _, y_perm, m = mixup_batch(x, y, alpha=1.0, indices=indices, generator=torch.Generator().manual_seed(6))
-    dense = _mix(_dense_targets(y, logits), indices, m)
+    dense = _mix(ensure_targets_one_hot(logits, y), indices, m)
     by_targets = F.cross_entropy(logits, dense)
     by_loss = _interpolate_loss(F.cross_entropy(logits, y), F.cross_entropy(logits, y_perm), m)
     assert abs(by_targets.item() - by_loss.item()) <= 1e-6
@@ -84,7 +86,7 @@ def test_dense_targets_are_permuted_like_index_targets() -> None:
 def test_segmentation_index_targets_become_one_hot_along_dim_1() -> None:
     logits = torch.zeros(2, 3, 4, 4)
     target = torch.randint(0, 3, (2, 4, 4))
-    dense = _dense_targets(target, logits)
+    dense = ensure_targets_one_hot(logits, target)
     assert dense.shape == logits.shape
     assert torch.equal(dense.argmax(dim=1), target)
 

@@ -10,12 +10,12 @@ import torch
 from cadence.algorithm import Algorithm, Effects, Resource
 from cadence.batch import BatchKey, batch_set_item, check_batch_key
 from cadence.event import Event
+from cadence.models.classifier import ensure_targets_one_hot
 from cadence.precision import autocast_context
 from cadence.rng import MethodRNG
 from cadence.state import State
 from cadence_cutmix.functional import (
     _check_alpha,
-    _dense_targets,
     _draw_indices,
     _interpolate_loss,
     _is_segmentation,
@@ -99,7 +99,7 @@ class CutMix(Algorithm):
                 state.batch_set_item(self.target_key, _paste(target, self._indices, self._bbox))
             else:
                 state.batch_set_item(
-                    self.target_key, _mix(_dense_targets(target, state.outputs), self._indices, self._area)
+                    self.target_key, _mix(ensure_targets_one_hot(state.outputs, target), self._indices, self._area)
                 )
         elif self.interpolate_loss:  # AFTER_LOSS: the targets are those the loss just saw
             target = state.batch_get_item(self.target_key)

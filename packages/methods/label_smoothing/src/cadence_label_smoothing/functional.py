@@ -6,7 +6,8 @@ import numbers
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from cadence.models.classifier import ensure_targets_one_hot
 
 __all__ = ["smooth_labels"]
 
@@ -38,21 +39,7 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
     if not isinstance(target, torch.Tensor):
         raise TypeError(f"`target` must be a tensor, got {type(target).__name__}")
     num_classes = logits.shape[1]
-    return _one_hot(target, logits) * (1.0 - smoothing) + smoothing / num_classes
-
-
-def _one_hot(target: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """Dense targets with the logits' shape; class indices become one-hot along dimension 1."""
-    if target.shape == logits.shape:
-        return target if target.is_floating_point() else target.to(torch.promote_types(logits.dtype, torch.float32))
-    if target.shape == logits.shape[:1] + logits.shape[2:] and not target.is_floating_point():
-        dtype = torch.promote_types(logits.dtype, torch.float32)
-        return F.one_hot(target, logits.shape[1]).movedim(-1, 1).to(dtype)
-    raise ValueError(
-        f"`target` of shape {tuple(target.shape)} and dtype {target.dtype} fits logits of shape "
-        f"{tuple(logits.shape)} neither as class indices (an integer tensor of shape "
-        f"{tuple(logits.shape[:1] + logits.shape[2:])}) nor as dense targets (the logits' shape)"
-    )
+    return ensure_targets_one_hot(logits, target) * (1.0 - smoothing) + smoothing / num_classes
 
 
 def _check_smoothing(smoothing: Any) -> None:

@@ -10,12 +10,12 @@ import torch
 from cadence.algorithm import Algorithm, Effects, Resource
 from cadence.batch import BatchKey, batch_set_item, check_batch_key
 from cadence.event import Event
+from cadence.models.classifier import ensure_targets_one_hot
 from cadence.precision import autocast_context
 from cadence.rng import MethodRNG
 from cadence.state import State
 from cadence_mixup.functional import (
     _check_alpha,
-    _dense_targets,
     _draw_indices,
     _draw_mixing,
     _interpolate_loss,
@@ -87,7 +87,7 @@ class MixUp(Algorithm):
             state.batch_set_item(self.input_key, mixed)
         elif event is Event.BEFORE_LOSS:
             self._original_target = state.batch_get_item(self.target_key)
-            dense = _dense_targets(self._original_target, state.outputs)
+            dense = ensure_targets_one_hot(state.outputs, self._original_target)
             state.batch_set_item(self.target_key, _mix(dense, self._indices, self._mixing))
         elif self.interpolate_loss:  # AFTER_LOSS: the targets are those the loss just saw
             target = state.batch_get_item(self.target_key)

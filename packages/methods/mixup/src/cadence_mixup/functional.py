@@ -6,7 +6,6 @@ import numbers
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from cadence.rng import sample_beta
 
@@ -67,30 +66,6 @@ def mixup_batch(
 def _mix(tensor: torch.Tensor, indices: torch.Tensor, weight: float) -> torch.Tensor:
     """``(1 - weight) * tensor + weight * tensor[indices]``, in the tensor's dtype and memory format."""
     return (1.0 - weight) * tensor + weight * tensor[indices]
-
-
-def _dense_targets(target: torch.Tensor, outputs: Any) -> torch.Tensor:
-    """Targets as dense per-class weights; class indices become one-hot along dimension 1.
-
-    Floating-point targets (one-hot, smoothed, already mixed, regression) are returned as they are.
-    Index targets need the number of classes, read from ``outputs.shape[1]``.
-    """
-    if target.is_floating_point():
-        return target
-    if not isinstance(outputs, torch.Tensor):
-        raise TypeError(
-            f"index targets are made one-hot with num_classes = outputs.shape[1], but the outputs are a "
-            f"{type(outputs).__name__}; return logits from the model, or pass dense (one-hot) targets"
-        )
-    dtype = torch.promote_types(outputs.dtype, torch.float32)
-    if target.shape == outputs.shape:  # integer one-hot
-        return target.to(dtype)
-    if target.ndim == outputs.ndim - 1:
-        return F.one_hot(target, outputs.shape[1]).movedim(-1, 1).to(dtype)
-    raise ValueError(
-        f"cannot mix targets of shape {tuple(target.shape)} with outputs of shape {tuple(outputs.shape)}: "
-        "pass class indices (N, ...) or dense targets with the outputs' shape"
-    )
 
 
 def _draw_mixing(alpha: float, generator: torch.Generator | None) -> float:

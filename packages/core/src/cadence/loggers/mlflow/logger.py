@@ -1,47 +1,9 @@
-"""`MLFlowLogger`: logs a run to MLflow without ever slowing or killing training.
-
-How it works:
-
-* The run is created (or, with ``run_id``, re-attached) in ``__init__`` through
-  ``mlflow.tracking.MlflowClient``, never the fluent global-run API, so several loggers can
-  live in one process. When a remote tracking server does not answer within
-  ``connect_timeout_s``, the run is created *offline* in the local spill store instead.
-* ``log_metrics`` only appends ``(key, value, step, timestamp)`` to an in-memory inbox and
-  returns. Tensors are kept as detached references (read them after logging, never write
-  them in place); they are read back to the host in a background thread.
-* A *collector* thread turns the inbox into points: one batched device-to-host copy per
-  device and dtype (polled, never synchronising the training thread), deterministic name
-  sanitisation with collision detection, NaN/inf skipped (one warning per key and a
-  ``cadence.nonfinite/<key>`` tag), and a strictly increasing step per key (a repeated or
-  older step is dropped, which also removes the points a resumed run logs again). The
-  pending points are bounded: beyond ``max_buffered_points`` the oldest go to append-only
-  JSONL spool files under ``spill_dir`` and are replayed when the server answers again.
-* A *sender* thread delivers params and tags, then metrics in ``log_batch`` requests
-  within MLflow's limits (at most 1000 metrics, 100 params and 100 tags, under 1 MB), then
-  artifacts. It sends every ``flush_interval_s`` or as soon as a full request is pending.
-  Failures are retried with exponential backoff for as long as the run lasts. Every point
-  is kept until one request carrying it is acknowledged and is then forgotten, so it is
-  never sent twice by design; a request that fails after the server wrote part of it is
-  resent with identical (key, value, timestamp, step) rows, which MLflow's SQL stores
-  deduplicate by primary key.
-* ``finish`` makes a final attempt bounded by ``finish_timeout_s``. Whatever is still
-  undelivered is written to a local SQLite MLflow store (``<spill_dir>/spill.db``) and
-  reported in one warning naming the path and the import command::
-
-      python -m cadence.loggers.mlflow import <spill_dir> --tracking-uri <uri>
-
-Warnings raised by the background threads are handed to the caller's thread and issued at
-its next call, as `MLflowLoggerWarning`. Nothing in this module raises into the training
-loop after construction.
-"""
+"""`MLFlowLogger`: the logger itself (collector and sender threads); see the package docstring."""
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
-import dataclasses
-import enum
 import functools
 import hashlib
 import json
@@ -49,7 +11,6 @@ import logging
 import math
 import os
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -59,10 +20,9 @@ import traceback
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path, PurePath
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import urlparse
 
 import torch
 
@@ -71,305 +31,48 @@ from cadence.loggers.logger import LoggerDestination, failure_kind
 if TYPE_CHECKING:
     from cadence.loggers.logger import Logger
     from cadence.state import State
-
-__all__ = [
-    "MLFlowLogger",
-    "MLflowLoggerWarning",
-    "chunk_metrics",
-    "chunk_params_tags",
-    "flatten_params",
-    "import_spill",
-    "resume_run_id",
-    "sanitize_name",
-    "stable_str",
-]
+from cadence.loggers.mlflow.limits import (
+    LEGACY_MAX_PARAM_VALUE_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_METRICS_PER_REQUEST,
+    MAX_TAG_VALUE_LENGTH,
+    STATUSES,
+    MLflowLoggerWarning,
+    _fit_metrics,
+    _fit_params_tags,
+    _max_param_value_length,
+    _truncate,
+)
+from cadence.loggers.mlflow.names import _NameMap, flatten_params, stable_str
+from cadence.loggers.mlflow.spill import (
+    _SPILL_DB,
+    IMPORT_COMMAND,
+    PARAMS_ARTIFACT,
+    TAG_KIND,
+    TAG_PARAMS_HASH,
+    TAG_TARGET_EXPERIMENT,
+    TAG_TARGET_RUN,
+    TAG_TARGET_URI,
+    _Artifact,
+    _read_spool,
+    _write_run,
+)
+from cadence.loggers.mlflow.store import (
+    _artifact_location_for,
+    _call_with_timeout,
+    _classify,
+    _ConfigError,
+    _error_code,
+    _get_or_create_experiment,
+    _is_local,
+    _join,
+    _latest_steps,
+    _mlflow_client,
+    _short,
+    _sqlite_uri,
+)
 
 _log = logging.getLogger(__name__)
-
-# MLflow's limits (mlflow.utils.validation); one request is one `log_batch` call.
-MAX_METRICS_PER_REQUEST = 1000
-MAX_PARAMS_PER_REQUEST = 100
-MAX_TAGS_PER_REQUEST = 100
-MAX_REQUEST_BYTES = 900_000  # MLflow rejects batches over 1 MB; keep room for the envelope
-MAX_KEY_LENGTH = 250
-MAX_TAG_VALUE_LENGTH = 5000  # the smallest limit of current and older servers
-LEGACY_MAX_PARAM_VALUE_LENGTH = 500  # servers before MLflow 2.x
-_TRUNCATED = "...[truncated]"
-
-STATUSES = ("FINISHED", "FAILED", "KILLED")
-IMPORT_COMMAND = "python -m cadence.loggers.mlflow import"
-
-# Tags on runs in the spill store, read by `import_spill`.
-TAG_KIND = "cadence.spill.kind"  # "remainder" (of a run on the server) or "offline" (the whole run)
-TAG_TARGET_URI = "cadence.spill.target_tracking_uri"
-TAG_TARGET_EXPERIMENT = "cadence.spill.target_experiment_name"
-TAG_TARGET_RUN = "cadence.spill.target_run_id"
-TAG_IMPORT_TARGET = "cadence.spill.import_target_run_id"
-TAG_IMPORTED = "cadence.spill.imported"
-PARAMS_ARTIFACT = "cadence/params.json"
-TAG_PARAMS_HASH = "cadence.params_sha256"
-
-_METRIC_OVERHEAD_BYTES = 100  # {"key": ..., "value": -1.2345678901234567e-300, "timestamp": ..., "step": ...}
-_ENTRY_OVERHEAD_BYTES = 30  # {"key": ..., "value": ...}
-_SPILL_DB = "spill.db"
-
-
-class MLflowLoggerWarning(UserWarning):
-    """Something about experiment tracking needs attention; training goes on regardless."""
-
-
-# Pure helpers ---------------------------------------------------------------------------------
-_INVALID_CHARS = re.compile(r"[^A-Za-z0-9_\-. /]")
-_ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
-
-
-def sanitize_name(name: str) -> str:
-    """The MLflow-valid key for `name`: the same on every platform, every process and every call.
-
-    Characters other than ASCII letters, digits, ``_ - . /`` and space become ``_`` (so
-    ``:`` ``@`` ``(`` ``,`` do), empty path segments are dropped, ``.``/``..`` segments become
-    underscores, and names over 250 characters are cut and end in a hash of the full name.
-    """
-    cleaned = _INVALID_CHARS.sub("_", name)
-    parts = [("_" * len(part) if part in (".", "..") else part) for part in cleaned.split("/") if part]
-    cleaned = "/".join(parts) or "_"
-    if len(cleaned) > MAX_KEY_LENGTH:
-        cleaned = f"{cleaned[: MAX_KEY_LENGTH - 9]}_{_digest(name)}"
-    return cleaned
-
-
-def _digest(text: str, length: int = 8) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:length]
-
-
-class _NameMap:
-    """Raw name -> MLflow key, remembering every mapping so that two names never share a key."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        self._keys: dict[str, str] = {}
-        self._owners: dict[str, str] = {}
-
-    def __call__(self, raw: str) -> tuple[str, str | None]:
-        """The key for `raw`, and a message the first time it differs from `raw`."""
-        key = self._keys.get(raw)
-        if key is not None:
-            return key, None
-        base = sanitize_name(raw)
-        key, message = base, None
-        owner = self._owners.get(base)
-        if owner is not None and owner != raw:
-            key = f"{base[: MAX_KEY_LENGTH - 9]}_{_digest(raw)}"
-            message = (
-                f"{self.kind} name {raw!r} maps to {base!r}, which {owner!r} already uses; "
-                f"logging it as {key!r} instead"
-            )
-        elif key != raw:
-            message = f"{self.kind} name {raw!r} is not a valid MLflow key; logging it as {key!r}"
-        self._owners[key] = raw
-        self._keys[raw] = key
-        return key, message
-
-
-def _jsonable(value: Any) -> Any:
-    """A JSON-ready, process-independent form of `value` (no memory addresses, sorted sets)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, enum.Enum):
-        return _jsonable(value.value)
-    if isinstance(value, PurePath):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((_jsonable(v) for v in value), key=repr)
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().tolist() if value.numel() <= 64 else f"Tensor(shape={list(value.shape)})"
-    if isinstance(value, (torch.dtype, torch.device)):
-        return str(value)
-    if isinstance(value, functools.partial):
-        return {"partial": _jsonable(value.func), "args": _jsonable(value.args), "kwargs": _jsonable(value.keywords)}
-    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
-        return f"{getattr(value, '__module__', '?')}.{value.__qualname__}"
-    item = getattr(value, "item", None)  # NumPy scalars
-    if callable(item) and getattr(value, "shape", None) == ():
-        with contextlib.suppress(Exception):
-            return item()
-    return _ADDRESS.sub("", repr(value))
-
-
-def stable_str(value: Any) -> str:
-    """``str()`` that gives the same text for the same configuration in every process."""
-    if isinstance(value, str):
-        return value
-    converted = _jsonable(value)
-    if isinstance(converted, str):
-        return converted
-    if converted is None or isinstance(converted, (bool, int, float)):
-        return str(converted)
-    return json.dumps(converted, sort_keys=True)
-
-
-def flatten_params(params: Mapping[str, Any], sep: str = "/") -> tuple[dict[str, Any], list[str]]:
-    """Nested mappings (and dataclasses) as one level of ``a/b/c`` keys; also the keys seen twice."""
-    flat: dict[str, Any] = {}
-    duplicates: list[str] = []
-
-    def walk(prefix: str, value: Any) -> None:
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        if isinstance(value, Mapping) and value and prefix is not None:
-            for key, child in value.items():
-                walk(f"{prefix}{sep}{key}" if prefix else str(key), child)
-            return
-        if prefix in flat:
-            duplicates.append(prefix)
-            return
-        flat[prefix] = value
-
-    for key, value in params.items():
-        walk(str(key), value)
-    return flat, duplicates
-
-
-def _truncate(value: str, limit: int) -> str:
-    return value if len(value) <= limit else value[: limit - len(_TRUNCATED)] + _TRUNCATED
-
-
-def _entry_bytes(key: str, value: str) -> int:
-    return len(json.dumps(key)) + len(json.dumps(value)) + _ENTRY_OVERHEAD_BYTES
-
-
-def _metric_bytes(key: str) -> int:
-    return len(json.dumps(key)) + _METRIC_OVERHEAD_BYTES
-
-
-def _fit_metrics(points: Iterable[tuple[str, float, int, int]]) -> int:
-    """How many leading points fit in one request."""
-    count = size = 0
-    for key, *_ in points:
-        size += _metric_bytes(key)
-        if count == MAX_METRICS_PER_REQUEST or (count and size > MAX_REQUEST_BYTES):
-            break
-        count += 1
-    return count
-
-
-def chunk_metrics(points: Sequence[tuple[str, float, int, int]]) -> list[list[tuple[str, float, int, int]]]:
-    """Split ``(key, value, timestamp, step)`` points into requests within MLflow's limits."""
-    chunks, start = [], 0
-    while start < len(points):
-        count = _fit_metrics(points[start : start + MAX_METRICS_PER_REQUEST])
-        chunks.append(list(points[start : start + count]))
-        start += count
-    return chunks
-
-
-def _fit_params_tags(params: Sequence[tuple[str, str]], tags: Sequence[tuple[str, str]]) -> tuple[int, int]:
-    """How many leading params and tags fit in one request (at least one item when any are given)."""
-    size = n_params = n_tags = 0
-    for key, value in params[:MAX_PARAMS_PER_REQUEST]:
-        size += _entry_bytes(key, value)
-        if n_params and size > MAX_REQUEST_BYTES:
-            return n_params, 0
-        n_params += 1
-    for key, value in tags[:MAX_TAGS_PER_REQUEST]:
-        size += _entry_bytes(key, value)
-        if (n_params or n_tags) and size > MAX_REQUEST_BYTES:
-            break
-        n_tags += 1
-    return n_params, n_tags
-
-
-def chunk_params_tags(
-    params: Sequence[tuple[str, str]], tags: Sequence[tuple[str, str]] = ()
-) -> list[tuple[list[tuple[str, str]], list[tuple[str, str]]]]:
-    """Split params and tags into requests within MLflow's limits."""
-    chunks = []
-    params, tags = list(params), list(tags)
-    while params or tags:
-        n_params, n_tags = _fit_params_tags(params, tags)
-        chunks.append((params[:n_params], tags[:n_tags]))
-        params, tags = params[n_params:], tags[n_tags:]
-    return chunks
-
-
-# MLflow helpers -------------------------------------------------------------------------------
-def _mlflow_client(uri: str) -> Any:
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
-
-
-def _error_code(err: BaseException) -> str | None:
-    return getattr(err, "error_code", None) if type(err).__module__.startswith("mlflow") else None
-
-
-_ITEM_ERRORS = {"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "MALFORMED_REQUEST", "INVALID_ARGUMENT"}
-_RUN_ERRORS = {"RESOURCE_DOES_NOT_EXIST", "INVALID_STATE", "NOT_FOUND"}
-
-
-def _classify(err: BaseException) -> str:
-    """``"transient"`` (retry), ``"item"`` (the request's content is refused) or ``"run"`` (the run is gone)."""
-    code = _error_code(err)
-    if code is not None:
-        if code in _ITEM_ERRORS:
-            return "item"
-        return "run" if code in _RUN_ERRORS else "transient"
-    return "item" if isinstance(err, TypeError) else "transient"
-
-
-def _local_store_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI, else None."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "sqlite" or not uri.startswith("sqlite:///"):
-        return None
-    return Path(uri[len("sqlite:///") :])
-
-
-def _is_local(uri: str) -> bool:
-    return urlparse(uri).scheme in ("sqlite", "file", "")
-
-
-def _sqlite_uri(path: Path) -> str:
-    return f"sqlite:///{path.resolve()}"
-
-
-def _get_or_create_experiment(client: Any, name: str, artifact_location: str | None) -> str:
-    experiment = client.get_experiment_by_name(name)
-    if experiment is None:
-        try:
-            return str(client.create_experiment(name, artifact_location=artifact_location))
-        except Exception as err:
-            if _error_code(err) != "RESOURCE_ALREADY_EXISTS":
-                raise
-            experiment = client.get_experiment_by_name(name)  # another process created it meanwhile
-            if experiment is None:
-                raise
-    if experiment.lifecycle_stage != "active":
-        raise _ConfigError(
-            f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore "
-            f"--experiment-id {experiment.experiment_id}) or choose another experiment_name"
-        )
-    return str(experiment.experiment_id)
-
-
-def _artifact_location_for(uri: str) -> str | None:
-    """Artifacts of a local SQLite store go next to the database, not into the current folder."""
-    path = _local_store_path(uri)
-    return (path.resolve().parent / "mlartifacts").as_uri() if path is not None else None
-
-
-def _latest_steps(run: Any) -> dict[str, int]:
-    return {m.key: int(m.step) for m in getattr(run.data, "_metric_objs", [])}
-
-
-class _ConfigError(ValueError):
-    """A configuration the user must fix (not an outage)."""
 
 
 class _Connection(NamedTuple):
@@ -381,45 +84,6 @@ class _Connection(NamedTuple):
     tags: dict[str, str]
 
 
-def _call_with_timeout(fn: Callable[[], Any], timeout_s: float | None, on_late: Callable[[Any], None]) -> Any:
-    """``fn()`` in a helper thread, abandoned after `timeout_s`; a late result goes to `on_late`."""
-    if timeout_s is None:
-        return fn()
-    lock, done = threading.Lock(), threading.Event()
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result, error = fn(), None
-        except BaseException as err:
-            result, error = None, err
-        with lock:
-            box.update(result=result, error=error)
-            late = box.get("abandoned", False)
-        done.set()
-        if late and error is None:
-            with contextlib.suppress(Exception):
-                on_late(result)
-
-    threading.Thread(target=target, name="cadence-mlflow-connect", daemon=True).start()
-    done.wait(timeout_s)
-    with lock:
-        if "result" not in box:
-            box["abandoned"] = True
-            raise TimeoutError(f"no answer within {timeout_s:g} s")
-    if box["error"] is not None:
-        raise box["error"]
-    return box["result"]
-
-
-class _Artifact:
-    __slots__ = ("artifact_dir", "attempts", "local", "next_try")
-
-    def __init__(self, local: Path, artifact_dir: str | None):
-        self.local, self.artifact_dir = local, artifact_dir
-        self.attempts, self.next_try = 0, 0.0
-
-
 class _SendError(Exception):
     def __init__(self, kind: str, cause: BaseException, unsent: list[Any]):
         super().__init__(str(cause))
@@ -427,6 +91,8 @@ class _SendError(Exception):
 
 
 _BAD_VALUE = object()
+
+
 _NOT_SCALAR = object()
 
 
@@ -1506,16 +1172,6 @@ class MLFlowLogger(LoggerDestination):
         )
 
 
-# Module helpers used by the logger and the importer -------------------------------------------
-@functools.lru_cache(maxsize=1)
-def _max_param_value_length() -> int:
-    try:
-        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
-    except ImportError:
-        return LEGACY_MAX_PARAM_VALUE_LENGTH
-    return int(MAX_PARAM_VAL_LENGTH)
-
-
 def _to_host(stacked: torch.Tensor) -> torch.Tensor:
     """Copy a CUDA tensor to the host without a blocking synchronisation: copy, record, poll."""
     with torch.cuda.device(stacked.device):
@@ -1525,228 +1181,3 @@ def _to_host(stacked: torch.Tensor) -> torch.Tensor:
     while not event.query():
         time.sleep(0.0005)
     return host
-
-
-def _short(err: BaseException, limit: int = 300) -> str:
-    text = f"{type(err).__name__}: {err}"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _join(directory: str | None, name: str) -> str:
-    return f"{directory}/{name}" if directory else name
-
-
-def _read_spool(path: Path, offset: int, limit: int | None) -> tuple[list[tuple[str, float, int, int]], int]:
-    """Up to `limit` points of a spool file from byte `offset`, and the offset after them."""
-    points: list[tuple[str, float, int, int]] = []
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            while limit is None or len(points) < limit:
-                line = handle.readline()
-                if not line:
-                    break
-                if line.strip():
-                    key, value, timestamp, step = json.loads(line)
-                    points.append((key, float(value), int(timestamp), int(step)))
-                offset = handle.tell()
-    except OSError as err:
-        _log.warning("cadence: could not read spool file %s: %s", path, err)
-    return points, offset
-
-
-def _write_run(
-    client: Any,
-    run_id: str,
-    points: Sequence[tuple[str, float, int, int]],
-    params: Mapping[str, str],
-    tags: Mapping[str, str],
-    artifacts: Sequence[_Artifact] = (),
-    warn: Callable[[str], None] | None = None,
-) -> None:
-    """Log everything into `run_id` in requests within MLflow's limits."""
-    from mlflow.entities import Metric, Param, RunTag
-
-    existing = client.get_run(run_id).data.params
-    fresh_params = [(k, v) for k, v in params.items() if k not in existing]
-    for key, value in params.items():
-        if key in existing and existing[key] != value:
-            message = f"param {key!r} of run {run_id} is {existing[key][:200]!r}, not {value[:200]!r}; kept as it is"
-            if warn is not None:
-                warn(message)
-            else:
-                warnings.warn(message, MLflowLoggerWarning, stacklevel=3)
-    for chunk_params, chunk_tags in chunk_params_tags(fresh_params, list(tags.items())):
-        client.log_batch(
-            run_id, params=[Param(k, v) for k, v in chunk_params], tags=[RunTag(k, v) for k, v in chunk_tags]
-        )
-    for chunk in chunk_metrics(points):
-        client.log_batch(run_id, metrics=[Metric(k, v, t, s) for k, v, t, s in chunk])
-    for artifact in artifacts:
-        if artifact.local.is_dir():
-            client.log_artifacts(
-                run_id, str(artifact.local), artifact_path=_join(artifact.artifact_dir, artifact.local.name)
-            )
-        elif artifact.local.exists():
-            client.log_artifact(run_id, str(artifact.local), artifact_path=artifact.artifact_dir)
-
-
-# Import ---------------------------------------------------------------------------------------
-def import_spill(spill: str | Path, tracking_uri: str | None = None) -> dict[str, str]:
-    """Send what `MLFlowLogger` could not deliver to a tracking server; returns ``{source: target run id}``.
-
-    `spill` is a logger's ``spill_dir`` (or its ``spill.db``). Each run in the spill store is
-    merged into the run it belongs to (or, for a run logged offline, into a new run of the same
-    experiment) at `tracking_uri` (default: the URI the logger was using). Metric points keep
-    their timestamps and steps, so importing twice adds nothing to SQL-backed stores; an
-    imported run is marked and skipped afterwards. Leftover spool files are imported too.
-    """
-    from mlflow.entities import ViewType
-
-    spill = Path(spill)
-    database = spill if spill.suffix == ".db" else spill / _SPILL_DB
-    root = database.parent
-    results: dict[str, str] = {}
-    for folder in sorted(p.parent for p in root.glob("spool/*/meta.json")):
-        results[str(folder)] = _import_spool(folder, tracking_uri)
-    if not database.exists():
-        if not results:
-            raise FileNotFoundError(f"no spill store at {database} and no spool files under {root / 'spool'}")
-        return results
-    local = _mlflow_client(_sqlite_uri(database))
-    for experiment in local.search_experiments(view_type=ViewType.ALL):
-        page_token = None
-        while True:
-            runs = local.search_runs([experiment.experiment_id], page_token=page_token, max_results=1000)
-            for run in runs:
-                if TAG_KIND in run.data.tags:
-                    results[run.info.run_id] = _import_run(local, run, tracking_uri)
-            page_token = runs.token
-            if not page_token:
-                break
-    return results
-
-
-def _target_uri(tracking_uri: str | None, recorded: str | None) -> str:
-    uri = tracking_uri or recorded or os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        raise ValueError("no tracking URI to import into; pass tracking_uri (--tracking-uri)")
-    return uri
-
-
-def _find_run(client: Any, run_id: str | None) -> Any:
-    if not run_id:
-        return None
-    try:
-        run = client.get_run(run_id)
-    except Exception as err:
-        if _error_code(err) == "RESOURCE_DOES_NOT_EXIST":
-            return None
-        raise
-    return run if run.info.lifecycle_stage == "active" else None
-
-
-def _import_run(local: Any, run: Any, tracking_uri: str | None) -> str:
-    tags = run.data.tags
-    uri = _target_uri(tracking_uri, tags.get(TAG_TARGET_URI))
-    imported = tags.get(TAG_IMPORTED, "")
-    if imported.endswith(f" {uri}"):
-        return imported.split(" ", 1)[0]
-    remote = _mlflow_client(uri)
-    target = _find_run(remote, tags.get(TAG_IMPORT_TARGET)) or _find_run(remote, tags.get(TAG_TARGET_RUN))
-    user_tags = {k: v for k, v in tags.items() if not k.startswith(("cadence.spill.", "mlflow."))}
-    if target is None:
-        name = tags.get(TAG_TARGET_EXPERIMENT) or "cadence"
-        experiment_id = _get_or_create_experiment(remote, name, _artifact_location_for(uri))
-        target = remote.create_run(
-            experiment_id, start_time=run.info.start_time, run_name=run.info.run_name, tags=user_tags
-        )
-        local.set_tag(run.info.run_id, TAG_IMPORT_TARGET, target.info.run_id)
-    target_id = target.info.run_id
-    points = [
-        (m.key, float(m.value), int(m.timestamp), int(m.step))
-        for key in run.data.metrics
-        for m in local.get_metric_history(run.info.run_id, key)
-    ]
-    if tags.get(TAG_KIND) == "offline" and tags.get(TAG_TARGET_RUN):
-        points = _after_latest(points, _latest_steps(remote.get_run(target_id)))  # an offline resume segment
-    _write_run(remote, target_id, points, run.data.params, user_tags)
-    artifact_dir = _local_path(run.info.artifact_uri)
-    if artifact_dir is not None and artifact_dir.is_dir() and any(artifact_dir.iterdir()):
-        remote.log_artifacts(target_id, str(artifact_dir))
-    if run.info.status in STATUSES:
-        remote.set_terminated(target_id, run.info.status, end_time=run.info.end_time)
-    local.set_tag(run.info.run_id, TAG_IMPORTED, f"{target_id} {uri}")
-    return target_id
-
-
-def _after_latest(points: list[tuple[str, float, int, int]], latest: Mapping[str, int]) -> list[Any]:
-    return [p for p in points if p[3] > latest.get(p[0], -(2**63))]
-
-
-def _local_path(uri: str | None) -> Path | None:
-    if not uri:
-        return None
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        return Path(parsed.path)
-    return Path(uri) if parsed.scheme == "" else None
-
-
-def _import_spool(folder: Path, tracking_uri: str | None) -> str:
-    meta = json.loads((folder / "meta.json").read_text())
-    uri = meta["tracking_uri"] if meta.get("offline") else _target_uri(tracking_uri, meta.get("tracking_uri"))
-    client = _mlflow_client(uri)
-    points: list[tuple[str, float, int, int]] = []
-    for path in sorted(folder.glob("*.jsonl")):
-        points.extend(_read_spool(path, 0, None)[0])
-    run_id = meta["run_id"]
-    _write_run(client, run_id, points, meta.get("params", {}), meta.get("tags", {}))
-    if meta.get("status") in STATUSES:
-        client.set_terminated(run_id, meta["status"])
-    shutil.rmtree(folder)
-    return str(run_id)
-
-
-def resume_run_id(checkpoint: str | Path) -> str | None:
-    """The MLflow run id a cadence checkpoint was written under (None if it has none).
-
-    `checkpoint` is a checkpoint file or a ``save_folder`` (its latest checkpoint). To keep one
-    MLflow run across a crash and resume::
-
-        run_id = resume_run_id(save_folder) if autoresume else None
-        logger = MLFlowLogger(experiment_name, run_id=run_id)
-        Trainer(..., loggers=[logger], save_folder=save_folder, autoresume=autoresume)
-    """
-    from cadence import checkpoint as ckpt
-
-    path = Path(checkpoint)
-    if path.is_dir():
-        latest = ckpt.find_latest(path)
-        if latest is None:
-            return None
-        path = latest
-    if not path.exists():
-        return None
-    for name, state in ckpt.load_checkpoint(path).get("callbacks", []):
-        if name == MLFlowLogger.__qualname__ and isinstance(state, dict) and state.get("run_id"):
-            return str(state["run_id"])
-    return None
-
-
-def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m cadence.loggers.mlflow", description="Tools for runs logged by cadence's MLFlowLogger."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    command = commands.add_parser("import", help="send a spill folder's runs and points to a tracking server")
-    command.add_argument("spill", help="the logger's spill_dir (or its spill.db)")
-    command.add_argument("--tracking-uri", default=None, help="default: the URI each run was logged to")
-    args = parser.parse_args(argv)
-    for source, target in import_spill(args.spill, args.tracking_uri).items():
-        print(f"{source} -> run {target}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())
