@@ -73,8 +73,8 @@ def test_the_input_target_is_not_modified() -> None:
         ((torch.zeros(2, 3), torch.tensor([0, 1]), True), TypeError, "`smoothing`"),
         ((torch.zeros(3), torch.tensor([0, 1]), 0.1), TypeError, "`logits`"),
         ((torch.zeros(2, 3), [0, 1], 0.1), TypeError, "`target`"),
-        ((torch.zeros(2, 3), torch.tensor([0, 1, 2]), 0.1), ValueError, "`target`"),
-        ((torch.zeros(2, 3), torch.tensor([0.0, 1.0]), 0.1), ValueError, "`target`"),
+        ((torch.zeros(2, 3), torch.tensor([0, 1, 2]), 0.1), ValueError, "`targets?`"),
+        ((torch.zeros(2, 3), torch.tensor([0.0, 1.0]), 0.1), ValueError, "`targets?`"),
     ],
 )
 def test_bad_arguments_are_rejected(args: tuple, error: type, words: str) -> None:
