@@ -6,6 +6,7 @@ cadence has no launcher of its own: ``torchrun --nproc_per_node N train.py`` set
 
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 from typing import Any
@@ -17,6 +18,7 @@ __all__ = [
     "all_gather_object",
     "barrier",
     "broadcast_object",
+    "destroy",
     "get_rank",
     "get_world_size",
     "initialize_from_environment",
@@ -42,7 +44,17 @@ def initialize_from_environment(device: torch.device, timeout_s: float = 300.0) 
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+        atexit.register(destroy)  # a group left alive at interpreter exit can abort the process
     return get_rank(), get_world_size()
+
+
+def destroy() -> None:
+    """Leave the process group cleanly (barrier, then destroy); safe to call when there is none."""
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def local_device(device: torch.device) -> torch.device:
