@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,31 +12,15 @@ import torch
 SCRIPT = Path(__file__).with_name("ddp_run.py")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_gloo_processes_match_one(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     single = subprocess.run(
         [sys.executable, str(SCRIPT), str(tmp_path / "one")], env=env, capture_output=True, text=True, timeout=300
     )
     assert single.returncode == 0, single.stderr
-    launch = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
-        str(SCRIPT),
-        str(tmp_path / "two"),
-    ]
+    # --standalone: torchrun picks a free port itself, so no other process can take it first
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    launch += [str(SCRIPT), str(tmp_path / "two")]
     ddp = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=300)
     assert ddp.returncode == 0, ddp.stderr[-4000:]
 
