@@ -31,11 +31,15 @@ How it works:
       python -m cadence.loggers.mlflow import <spill_dir> --tracking-uri <uri>
 
 Warnings raised by the background threads are handed to the caller's thread and issued at
-its next call, as `MLflowLoggerWarning`. Nothing in this module raises into the training
+its next call, as `MLflowLoggerWarning`. Once constructed, the logger never raises into the
+training loop (only an invalid argument does).
 
-The package: `logger` (the class and its two threads), `limits` (request packing), `names`
-(sanitisation, params), `store` (tracking-store plumbing), `spill` (the local spill store and
-its importer).
+The package: `logger` (`MLFlowLogger`, the facade that wires the parts), `state` (what the parts
+share: the run, the lock-guarded queues and counters, the caller's warnings), `connect` (opening
+the run), `record` (params and tags as logged), `collector` and `sender` (the two threads),
+`delivery` (the sender's requests), `spill_writer` (the spill store at finish), `limits` (request
+packing), `names` (sanitisation, params), `store` (tracking-store plumbing), `spill` (the spill
+store's format and its importer).
 """
 
 from cadence.loggers.mlflow.limits import MLflowLoggerWarning, chunk_metrics, chunk_params_tags

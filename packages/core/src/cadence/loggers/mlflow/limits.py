@@ -6,11 +6,6 @@ import functools
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
 
 _log = logging.getLogger(__name__)
 

@@ -147,14 +147,16 @@ class MLFlowLogger(LoggerDestination):
         except BaseException:
             shutil.rmtree(self._staging, ignore_errors=True)
             raise
-        if connection is not None:
+        if connection is not None:  # on the server (a resumed run continues where it stopped)
             self._collector.last_step.update(connection.latest_steps)
             self._record.params.update(connection.params)
-        if connection is not None and run_id is not None:  # mark the new segment of a resumed run
-            segment = int(connection.tags.get("cadence.segments", "1") or 1) + 1
-            self.set_tags({"cadence.segments": segment, f"cadence.segment.{segment}.start_ms": int(time.time() * 1000)})
-            with self._shared.lock:  # `create_run` did not see them; sanitised already
-                self._shared.pending_tags.update(user_tags)
+            if run_id is not None:  # mark the new segment of a resumed run, and send the tags it was given
+                segment = int(connection.tags.get("cadence.segments", "1") or 1) + 1
+                self.set_tags(
+                    {"cadence.segments": segment, f"cadence.segment.{segment}.start_ms": int(time.time() * 1000)}
+                )
+                with self._shared.lock:  # already sanitised: not through set_tags again
+                    self._shared.pending_tags.update(user_tags)
 
         self._collector.start()
         self._sender.start()
@@ -252,7 +254,7 @@ class MLFlowLogger(LoggerDestination):
         return self._sender.flush(timeout_s)
 
     def finish(
-        self, status: str = "FINISHED", timeout_s: float | None = None, error: BaseException | None = None
+        self, status: str = "FINISHED", error: BaseException | None = None, *, timeout_s: float | None = None
     ) -> None:
         """Deliver what is left, end the run with `status` (FINISHED, FAILED or KILLED); idempotent.
 

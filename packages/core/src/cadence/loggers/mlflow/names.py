@@ -12,12 +12,10 @@ import logging
 import re
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    pass
 from cadence.loggers.mlflow.limits import MAX_KEY_LENGTH
 
 _log = logging.getLogger(__name__)

@@ -13,10 +13,8 @@ import shutil
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    pass
 from cadence.loggers.mlflow.limits import STATUSES, MLflowLoggerWarning, chunk_metrics, chunk_params_tags
 from cadence.loggers.mlflow.store import (
     _artifact_location_for,

@@ -7,12 +7,8 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
-
-if TYPE_CHECKING:
-    pass
-
 
 _log = logging.getLogger(__name__)
 
