@@ -21,6 +21,21 @@ def _make(name: str):
     return registry().method(name).algorithm()
 
 
+def _trainer(algorithms: list) -> Trainer:
+    torch.manual_seed(0)
+    model = tiny_image_classifier()
+    return Trainer(
+        model=model,
+        train_dataloader=DataLoader(image_dataset(8), batch_size=4, shuffle=True),
+        max_duration="2ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
+        algorithms=algorithms,
+        seed=0,
+        device="cpu",
+        progress_bar=False,
+    )
+
+
 def test_methods_are_installed() -> None:
     assert len(NAMES) >= 9, f"expected the nine data-side methods at least, found {NAMES}"
 
@@ -28,19 +43,8 @@ def test_methods_are_installed() -> None:
 @pytest.mark.parametrize(("first", "second"), PAIRS, ids=[f"{a}+{b}" for a, b in PAIRS])
 def test_pair_trains_or_is_rejected_up_front(first: str, second: str) -> None:
     algorithms = [_make(first), _make(second)]
-    torch.manual_seed(0)
-    model = tiny_image_classifier()
     try:
-        trainer = Trainer(
-            model=model,
-            train_dataloader=DataLoader(image_dataset(8), batch_size=4, shuffle=True),
-            max_duration="2ba",
-            optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
-            algorithms=algorithms,
-            seed=0,
-            device="cpu",
-            progress_bar=False,
-        )
+        trainer = _trainer(algorithms)
     except MethodConflictError as error:
         a, b = (type(x).__name__ for x in algorithms)
         assert a in str(error) and b in str(error) and "Fix:" in str(error)
@@ -50,19 +54,8 @@ def test_pair_trains_or_is_rejected_up_front(first: str, second: str) -> None:
 
 def test_all_methods_together_train_or_are_rejected_up_front() -> None:
     algorithms = [_make(n) for n in NAMES]
-    torch.manual_seed(0)
-    model = tiny_image_classifier()
     try:
-        trainer = Trainer(
-            model=model,
-            train_dataloader=DataLoader(image_dataset(8), batch_size=4, shuffle=True),
-            max_duration="2ba",
-            optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
-            algorithms=algorithms,
-            seed=0,
-            device="cpu",
-            progress_bar=False,
-        )
+        trainer = _trainer(algorithms)
     except MethodConflictError as error:
         named = [type(a).__name__ for a in algorithms if type(a).__name__ in str(error)]
         assert len(named) >= 2, f"a rejection must name the methods involved: {error}"
