@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cadence_mixup import mixup_batch
-from cadence_mixup.functional import _interpolate_loss, _mix
 
+from cadence.mixing import interpolate_loss as _interpolate_loss
+from cadence.mixing import mix_with_permutation as _mix
 from cadence.models import ensure_targets_one_hot
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from cadence.mixing import interpolate_loss, mix_with_permutation
+from cadence.mixing import random_permutation as _draw_indices
 from cadence.rng import sample_beta
 
 __all__ = ["cutmix_batch"]
@@ -126,7 +128,7 @@ def _is_segmentation(target: Any, input: torch.Tensor) -> bool:
 
 def _mix(tensor: torch.Tensor, indices: torch.Tensor, area: float) -> torch.Tensor:
     """``area * tensor + (1 - area) * tensor[indices]``: class targets weighted by what each image shows."""
-    return area * tensor + (1.0 - area) * tensor[indices]
+    return mix_with_permutation(tensor, indices, 1.0 - area)
 
 
 def _draw_lambda(alpha: float, generator: torch.Generator | None) -> float:
@@ -135,19 +137,9 @@ def _draw_lambda(alpha: float, generator: torch.Generator | None) -> float:
     return float(sample_beta(concentration, concentration, source))
 
 
-def _draw_indices(num_samples: int, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
-    if generator is None:
-        return torch.randperm(num_samples, device=device)
-    return torch.randperm(num_samples, generator=generator, device=generator.device).to(device)
-
-
 def _interpolate_loss(loss: Any, other: Any, area: float) -> Any:
-    """``area * loss + (1 - area) * other`` for a loss tensor, or each entry of a dict or sequence."""
-    if isinstance(loss, dict):
-        return {key: _interpolate_loss(value, other[key], area) for key, value in loss.items()}
-    if isinstance(loss, (list, tuple)):
-        return type(loss)(_interpolate_loss(a, b, area) for a, b in zip(loss, other))
-    return area * loss + (1.0 - area) * other
+    """``area * loss + (1 - area) * other``: the loss weighted by what each image shows."""
+    return interpolate_loss(loss, other, 1.0 - area)
 
 
 def _check_alpha(alpha: Any) -> None:

@@ -10,16 +10,14 @@ import torch
 from cadence.algorithm import Algorithm, Effects, Resource
 from cadence.batch import BatchKey, batch_set_item, check_batch_key
 from cadence.event import Event
+from cadence.mixing import interpolate_loss, mix_with_permutation, random_permutation
 from cadence.models.classifier import ensure_targets_one_hot
 from cadence.precision import autocast_context
 from cadence.rng import MethodRNG
 from cadence.state import State
 from cadence_mixup.functional import (
     _check_alpha,
-    _draw_indices,
     _draw_mixing,
-    _interpolate_loss,
-    _mix,
     mixup_batch,
 )
 
@@ -82,19 +80,19 @@ class MixUp(Algorithm):
         elif event is Event.BEFORE_FORWARD:
             input = state.batch_get_item(self.input_key)
             self._mixing = _draw_mixing(self.alpha, self._mixing_rng.generator)
-            self._indices = _draw_indices(input.shape[0], input.device, self._permutation_rng.generator)
+            self._indices = random_permutation(input.shape[0], input.device, self._permutation_rng.generator)
             mixed, _, _ = mixup_batch(input, state.batch_get_item(self.target_key), self._mixing, indices=self._indices)
             state.batch_set_item(self.input_key, mixed)
         elif event is Event.BEFORE_LOSS:
             self._original_target = state.batch_get_item(self.target_key)
             dense = ensure_targets_one_hot(state.outputs, self._original_target)
-            state.batch_set_item(self.target_key, _mix(dense, self._indices, self._mixing))
+            state.batch_set_item(self.target_key, mix_with_permutation(dense, self._indices, self._mixing))
         elif self.interpolate_loss:  # AFTER_LOSS: the targets are those the loss just saw
             target = state.batch_get_item(self.target_key)
             permuted = batch_set_item(state.batch, self.target_key, target[self._indices])
             with autocast_context(state.precision, state.device):
                 other = state.model.loss(state.outputs, permuted)
-            state.loss = _interpolate_loss(state.loss, other, self._mixing)
+            state.loss = interpolate_loss(state.loss, other, self._mixing)
         else:  # AFTER_LOSS: restore what BEFORE_LOSS replaced
             state.batch_set_item(self.target_key, self._original_target)
             self._original_target = None

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from cadence.mixing import mix_with_permutation, random_permutation
 from cadence.rng import sample_beta
 
 __all__ = ["mixup_batch"]
@@ -56,16 +57,11 @@ def mixup_batch(
         mixing = _draw_mixing(alpha, generator)
     _check_mixing(mixing)
     if indices is None:
-        indices = _draw_indices(input.shape[0], input.device, generator)
+        indices = random_permutation(input.shape[0], input.device, generator)
     elif indices.shape != (input.shape[0],):
         raise ValueError(f"`indices` must have shape ({input.shape[0]},), got {tuple(indices.shape)}")
-    mixed = _mix(input, indices, float(mixing))
+    mixed = mix_with_permutation(input, indices, float(mixing))
     return mixed, target[indices], float(mixing)
-
-
-def _mix(tensor: torch.Tensor, indices: torch.Tensor, weight: float) -> torch.Tensor:
-    """``(1 - weight) * tensor + weight * tensor[indices]``, in the tensor's dtype and memory format."""
-    return (1.0 - weight) * tensor + weight * tensor[indices]
 
 
 def _draw_mixing(alpha: float, generator: torch.Generator | None) -> float:
@@ -73,21 +69,6 @@ def _draw_mixing(alpha: float, generator: torch.Generator | None) -> float:
     concentration = torch.tensor(float(alpha), dtype=torch.float64, device=source.device)
     draw = float(sample_beta(concentration, concentration, source))
     return min(draw, 1.0 - draw)
-
-
-def _draw_indices(num_samples: int, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
-    if generator is None:
-        return torch.randperm(num_samples, device=device)
-    return torch.randperm(num_samples, generator=generator, device=generator.device).to(device)
-
-
-def _interpolate_loss(loss: Any, other: Any, weight: float) -> Any:
-    """``(1 - weight) * loss + weight * other`` for a loss tensor, or each entry of a dict or sequence."""
-    if isinstance(loss, dict):
-        return {key: _interpolate_loss(value, other[key], weight) for key, value in loss.items()}
-    if isinstance(loss, (list, tuple)):
-        return type(loss)(_interpolate_loss(a, b, weight) for a, b in zip(loss, other))
-    return (1.0 - weight) * loss + weight * other
 
 
 def _check_alpha(alpha: Any) -> None:
