@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from cadence import augmentations as A
+from cadence.testing import HOST_SYNC_OPS, recording_ops
 
 PRIMITIVES = ["color", "contrast", "brightness", "sharpness", "autocontrast", "equalize", "posterize", "solarize"]
 
@@ -319,34 +319,6 @@ def test_add_dataset_transform_rejects_what_would_not_work() -> None:
 # No host synchronisation on the dense path ----------------------------------------------------------
 
 # ops that read device values on the host, or whose output size depends on the data
-_SYNCING = {
-    "_local_scalar_dense",
-    "item",
-    "nonzero",
-    "masked_select",
-    "bincount",
-    "unique",
-    "equal",
-    "is_nonzero",
-    "lift_fresh",
-    "index_copy_",
-    "index_select",
-    "sort",
-    "argsort",
-}
-
-
-class _OpRecorder(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        self.names.add(name)
-        if name == "index" and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
-            self.names.add("boolean mask indexing")
-        return func(*args, **(kwargs or {}))
 
 
 def test_dense_path_never_synchronises() -> None:
@@ -355,10 +327,10 @@ def test_dense_path_never_synchronises() -> None:
     images = _smooth_images(8, 16, 16)
     ops = (*A.augmentation_sets["all"], *A.augmentation_sets["original"])
     A.augment_batch(images, ops, 9, 2, torch.Generator().manual_seed(0), quantize=True, grouped=False)
-    with _OpRecorder() as recorder:
+    with recording_ops() as names:
         A.augment_batch(images, ops, 9, 2, torch.Generator().manual_seed(0), quantize=True, grouped=False)
-    assert "grid_sampler_2d" in recorder.names and "scatter_add_" in recorder.names
-    assert not recorder.names & (_SYNCING | {"boolean mask indexing"})
+    assert "grid_sampler_2d" in names and "scatter_add_" in names
+    assert not names & (HOST_SYNC_OPS | {"index_copy_"})
 
 
 def test_cpu_blocks_of_samples_give_the_same_result_as_one_block(monkeypatch) -> None:

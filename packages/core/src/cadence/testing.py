@@ -20,6 +20,7 @@ it composes with a no-op method without changing the result; it handles batch si
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import tempfile
@@ -41,12 +42,14 @@ from cadence.state import State
 from cadence.trainer import Trainer
 
 __all__ = [
+    "HOST_SYNC_OPS",
     "MethodConformance",
     "NoOpAlgorithm",
     "assert_same_tensors",
     "digits_datasets",
     "image_dataset",
     "mlp_classifier",
+    "recording_ops",
     "tiny_image_classifier",
 ]
 
@@ -133,6 +136,47 @@ def assert_same_tensors(a: Any, b: Any, path: str = "state") -> None:
             assert_same_tensors(x, y, f"{path}[{index}]")
     elif a != b:
         raise AssertionError(f"{path} differs: {a!r} != {b!r}")
+
+
+#: aten ops (and one pattern) that make a device wait for the host: reading a value back, a size that
+#: depends on the data, or a tensor made from host data. A CPU run cannot show a synchronisation, so
+#: tests check that a batched path never runs these instead.
+HOST_SYNC_OPS = frozenset(
+    {
+        "_local_scalar_dense",
+        "item",
+        "nonzero",
+        "masked_select",
+        "bincount",
+        "unique",
+        "equal",
+        "is_nonzero",
+        "lift_fresh",
+        "index_select",
+        "sort",
+        "argsort",
+        "boolean mask indexing",
+    }
+)
+
+
+@contextlib.contextmanager
+def recording_ops() -> Iterator[set[str]]:
+    """Collect the names of the aten ops run inside the block (plus "boolean mask indexing")."""
+    from torch.utils._python_dispatch import TorchDispatchMode  # torch's documented hook for observing ops
+
+    names: set[str] = set()
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            name = func.overloadpacket.__name__
+            names.add(name)
+            if name == "index" and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
+                names.add("boolean mask indexing")
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        yield names
 
 
 class _EventSpy(Callback):

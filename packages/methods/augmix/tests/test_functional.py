@@ -7,9 +7,9 @@ import functools
 import pytest
 import torch
 from cadence_augmix import AugmentAndMixTransform, augmix, augmix_batch, augmix_image
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from cadence.augmentations import augment_batch, augmentation_sets, to_pixels
+from cadence.testing import HOST_SYNC_OPS, recording_ops
 
 
 def _images(n: int = 8, dtype: torch.dtype = torch.uint8, size: int = 16) -> torch.Tensor:
@@ -134,38 +134,6 @@ def test_chain_by_chain_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -
     assert torch.equal(together, one_by_one)
 
 
-class _OpRecorder(TorchDispatchMode):
-    """Records the aten ops run, and boolean-mask indexing (whose output size depends on the data)."""
-
-    def __init__(self):
-        super().__init__()
-        self.names: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        self.names.add(name)
-        if name == "index" and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
-            self.names.add("boolean mask indexing")
-        return func(*args, **(kwargs or {}))
-
-
-_SYNCING = {
-    "_local_scalar_dense",
-    "item",
-    "nonzero",
-    "masked_select",
-    "bincount",
-    "unique",
-    "equal",
-    "is_nonzero",
-    "lift_fresh",
-    "index_select",
-    "sort",
-    "argsort",
-    "boolean mask indexing",
-}
-
-
 def test_the_accelerator_path_never_synchronises(monkeypatch: pytest.MonkeyPatch) -> None:
     # on CPU the steps run grouped (free there); force the dense path an accelerator runs, and check that
     # no op reads a device value back, has a data-dependent size or copies host data to the device
@@ -174,6 +142,6 @@ def test_the_accelerator_path_never_synchronises(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(functional, "apply_ops", functools.partial(functional.apply_ops, grouped=False))
     images = _images(8)
     augmix_batch(images, generator=torch.Generator().manual_seed(0))  # makes the cached constants
-    with _OpRecorder() as recorder:
+    with recording_ops() as names:
         augmix_batch(images, generator=torch.Generator().manual_seed(0))
-    assert "grid_sampler_2d" in recorder.names and not recorder.names & _SYNCING
+    assert "grid_sampler_2d" in names and not names & HOST_SYNC_OPS
