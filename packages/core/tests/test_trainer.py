@@ -295,3 +295,36 @@ def test_a_failing_fit_marks_every_logger_failed() -> None:
     with pytest.raises(Exception, match="Explode failed on event 'batch_end'"):
         trainer.fit()
     assert recorder.statuses == ["FAILED: Explode failed on event 'batch_end': RuntimeError: boom"]
+
+
+def test_an_optimizer_that_steps_with_a_closure_runs_the_batch_inside_it() -> None:
+    class TwoPassSGD(torch.optim.SGD):
+        """Re-evaluates the loss in its step, as SAM does."""
+
+        uses_closure = True
+
+        def step(self, closure=None):
+            first = closure()
+            self.zero_grad()
+            second = closure()
+            super().step()
+            return (first + second) / 2
+
+    counter = EventCounter()
+    model = mlp_classifier(4, 2)
+    data = TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    logger = InMemoryLogger()
+    Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=4),
+        max_duration="2ba",
+        optimizers=TwoPassSGD(model.parameters(), lr=0.1),
+        callbacks=[counter],
+        loggers=[logger],
+        progress_bar=False,
+        seed=0,
+    ).fit()
+    assert counter.counts[Event.BEFORE_FORWARD] == 4 and counter.counts[Event.AFTER_TRAIN_BATCH] == 4
+    assert counter.counts[Event.BATCH_END] == 2
+    _, losses = logger.get_timeseries("loss/train/total")
+    assert len(losses) == 2 and all(loss > 0 for loss in losses)

@@ -306,6 +306,8 @@ class Trainer:
 
     def _fit(self) -> None:
         state = self.state
+        # methods may wrap the optimizers up to AFTER_LOAD; from here on they are fixed
+        self._closure_optimizer = next((o for o in state.optimizers if getattr(o, "uses_closure", False)), None)
         state.model.train()
         self.logger.log_hyperparameters(self._hyperparameters())
         self.engine.run_event(Event.FIT_START)
@@ -350,10 +352,9 @@ class Trainer:
         for optimizer in state.optimizers:
             optimizer.zero_grad(set_to_none=True)
         self.engine.run_event(Event.BEFORE_TRAIN_BATCH)
-        closure_optimizers = [o for o in state.optimizers if getattr(o, "uses_closure", False)]
-        if closure_optimizers:  # e.g. SAM re-evaluates the loss itself: the whole batch runs in the closure
+        if self._closure_optimizer is not None:  # e.g. SAM re-evaluates the loss: the batch runs in the closure
             batch = state.batch
-            loss = closure_optimizers[0].step(closure=lambda: self._forward_backward(batch))
+            loss = self._closure_optimizer.step(closure=lambda: self._forward_backward(batch))
         else:
             loss = self._forward_backward(state.batch)
             for optimizer in state.optimizers:
