@@ -178,7 +178,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """One run of a grid (invoked by `run_grid` in a fresh process); exit 3 means out of memory."""
-    from cadence.loggers.logger import failure_kind
+    from cadence.loggers import failure_kind
     from cadence_harness.grid import OOM_EXIT_CODE
     from cadence_harness.run import execute
     from cadence_harness.runspec import RunSpec

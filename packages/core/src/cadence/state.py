@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -14,10 +14,18 @@ from cadence.time import Time, TimeLike, Timestamp, TimeUnit
 if TYPE_CHECKING:
     from torchmetrics import Metric
 
-    from cadence.algorithm import Algorithm
-    from cadence.callback import Callback
+__all__ = ["Hook", "State"]
 
-__all__ = ["State"]
+
+class Hook(Protocol):
+    """A method (`cadence.Algorithm`) or callback (`cadence.Callback`) as the `State` keeps it.
+
+    The state only holds them and hands them to checkpoints; the `Engine` runs them. Typing
+    them by this protocol keeps `state` below `algorithm` and `callback`, which take a `State`.
+    """
+
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -50,8 +58,8 @@ class State:
         dataloader_len: int | None = None,
         optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
         schedulers: Any = None,
-        algorithms: Sequence[Algorithm] = (),
-        callbacks: Sequence[Callback] = (),
+        algorithms: Sequence[Hook] = (),
+        callbacks: Sequence[Hook] = (),
         device: torch.device | str = "cpu",
         precision: Precision | str = Precision.FP32,
         device_train_microbatch_size: int | None = None,
@@ -76,8 +84,8 @@ class State:
         self.optimizers: list[torch.optim.Optimizer] = _as_list(optimizers)
         self.schedulers: list[Any] = _as_list(schedulers)
         self.scaler: torch.amp.GradScaler | None = None
-        self.algorithms: list[Algorithm] = list(algorithms)
-        self.callbacks: list[Callback] = list(callbacks)
+        self.algorithms: list[Any] = list(algorithms)  # cadence.Algorithm instances, checked by the Engine
+        self.callbacks: list[Any] = list(callbacks)  # cadence.Callback instances (loggers included)
         self.device = torch.device(device)
         self.precision = Precision(precision)
         self.device_train_microbatch_size = device_train_microbatch_size

@@ -31,7 +31,8 @@ from cadence.engine import Engine
 from cadence.event import Event
 from cadence.intervals import IntervalLike, parse_interval
 from cadence.loggers.console import ConsoleLogger
-from cadence.loggers.logger import Logger, LoggerDestination
+from cadence.loggers.destination import LoggerDestination
+from cadence.loggers.logger import Logger
 from cadence.models.base import total_loss
 from cadence.precision import Precision, autocast_context, make_grad_scaler
 from cadence.schedulers import Scheduler, compile_scheduler

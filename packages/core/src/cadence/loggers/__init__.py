@@ -1,12 +1,22 @@
-"""Loggers: the `Logger` facade and its destinations (in-memory, console, MLflow)."""
+"""Loggers: the `Logger` facade and its destinations (in-memory, console; MLflow from ``cadence-mlflow``)."""
 
 from typing import Any
 
 from cadence.loggers.console import ConsoleLogger
+from cadence.loggers.destination import STATUSES, LoggerDestination
 from cadence.loggers.in_memory import InMemoryLogger
-from cadence.loggers.logger import Logger, LoggerDestination
+from cadence.loggers.logger import Destination, Logger, failure_kind
 
-__all__ = ["ConsoleLogger", "InMemoryLogger", "Logger", "LoggerDestination", "MLFlowLogger"]
+__all__ = [
+    "STATUSES",
+    "ConsoleLogger",
+    "Destination",
+    "InMemoryLogger",
+    "Logger",
+    "LoggerDestination",
+    "MLFlowLogger",
+    "failure_kind",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import torch
 
-from cadence.loggers.logger import LoggerDestination
+from cadence.loggers.destination import LoggerDestination
 
 if TYPE_CHECKING:
     from cadence.loggers.logger import Logger

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from cadence.loggers.logger import LoggerDestination
+from cadence.loggers.destination import LoggerDestination
 
 __all__ = ["InMemoryLogger"]
 

@@ -1,7 +1,10 @@
-"""`Logger` (what methods and the trainer call) and `LoggerDestination` (where values go).
+"""`Logger`: what methods and the trainer call to log; it fans each call out to the run's destinations.
 
 Metric values may be tensors: destinations read them back to the host only when they
 write, so logging a per-step loss costs no device synchronisation.
+
+The destinations are typed by the `Destination` protocol rather than by `LoggerDestination`
+(a `Callback`), so that this module sits below `cadence.callback` and imports nothing of it.
 """
 
 from __future__ import annotations
@@ -9,14 +12,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from cadence.callback import Callback
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from cadence.state import State
 
-__all__ = ["Logger", "LoggerDestination", "failure_kind"]
+__all__ = ["Destination", "Logger", "failure_kind"]
 
 
 def failure_kind(error: BaseException) -> str:
@@ -26,35 +27,22 @@ def failure_kind(error: BaseException) -> str:
     return type(error).__name__
 
 
-class LoggerDestination(Callback):
-    """A place logged values go. Subclasses override what they support."""
+class Destination(Protocol):
+    """Where logged values go (`cadence.loggers.LoggerDestination` is the base class to subclass)."""
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        del metrics, step
-
-    def log_hyperparameters(self, params: Mapping[str, Any]) -> None:
-        del params
-
-    def log_artifact(self, path: str | Path, name: str | None = None) -> None:
-        """Keep a file produced by the run (a plot, a resolved config)."""
-        del path, name
-
-    def flush(self, timeout_s: float | None = None) -> bool | None:
-        """Write everything buffered so far (waiting at most `timeout_s`); False if some was not delivered."""
-        del timeout_s
-        return None
-
-    def finish(self, status: str = "FINISHED", error: BaseException | None = None) -> None:
-        """End the destination's record of the run with `status` (FINISHED, FAILED or KILLED) and the error."""
-        del status, error
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None: ...
+    def log_hyperparameters(self, params: Mapping[str, Any]) -> None: ...
+    def log_artifact(self, path: str | Path, name: str | None = None) -> None: ...
+    def flush(self, timeout_s: float | None = None) -> bool | None: ...
+    def finish(self, status: str = "FINISHED", error: BaseException | None = None) -> None: ...
 
 
 class Logger:
     """Fans logged values out to every destination. The step defaults to the current batch."""
 
-    def __init__(self, state: State | None = None, destinations: Sequence[LoggerDestination] = ()):
+    def __init__(self, state: State | None = None, destinations: Sequence[Destination] = ()):
         self._state = state
-        self.destinations: tuple[LoggerDestination, ...] = tuple(destinations)
+        self.destinations: tuple[Destination, ...] = tuple(destinations)
 
     def _step(self, step: int | None) -> int:
         if step is not None:
@@ -85,5 +73,5 @@ class Logger:
         for destination in self.destinations:
             try:
                 destination.finish(status, error=error)
-            except Exception as error:  # reporting a failure must not raise a second one
-                warnings.warn(f"{type(destination).__name__}.finish({status!r}) failed: {error!r}", stacklevel=2)
+            except Exception as failure:  # reporting a failure must not raise a second one
+                warnings.warn(f"{type(destination).__name__}.finish({status!r}) failed: {failure!r}", stacklevel=2)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 
-from cadence.loggers.logger import LoggerDestination, failure_kind
+from cadence.loggers import LoggerDestination, failure_kind
 
 if TYPE_CHECKING:
     from cadence.loggers.logger import Logger
