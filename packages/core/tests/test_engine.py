@@ -166,7 +166,34 @@ def test_non_conflicting_writers_compose() -> None:
         def effects(self) -> Effects:
             return Effects(reads={Resource.INPUTS}, writes={Resource.INPUTS})
 
-    Engine(_state(), algorithms=[InputWriter(), InputWriter(), LossInterpolator()])
+    class OtherInputWriter(InputWriter):
+        pass
+
+    Engine(_state(), algorithms=[InputWriter(), OtherInputWriter(), LossInterpolator()])
+
+
+def test_a_writing_method_listed_twice_is_refused_but_observers_and_opt_ins_are_not() -> None:
+    class InputWriter(Algorithm):
+        events = (Event.AFTER_DATALOADER,)
+
+        def match(self, event, state):
+            return True
+
+        def apply(self, event, state, logger):
+            pass
+
+        def effects(self) -> Effects:
+            return Effects(reads={Resource.INPUTS}, writes={Resource.INPUTS})
+
+    with pytest.raises(MethodConflictError, match=r"InputWriter is listed twice \(positions 0 and 2\).*batch inputs"):
+        Engine(_state(), algorithms=[InputWriter(), LossInterpolator(), InputWriter()])
+    log: list[str] = []
+    Engine(_state(), algorithms=[Recorder("a", log), Recorder("b", log)])  # writes nothing: fine twice
+
+    class Repeatable(InputWriter):
+        allow_duplicates = True
+
+    Engine(_state(), algorithms=[Repeatable(), Repeatable()])
 
 
 def test_state_batch_helpers_rebuild_instead_of_mutating() -> None:

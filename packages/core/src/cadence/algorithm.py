@@ -11,7 +11,12 @@ Composer. cadence adds three declarations the engine uses before training starts
   batch first on ``AFTER_DATALOADER`` therefore takes a *high* order (it sits closest to the
   data loader). Ties keep the user's list order.
 * ``effects()``: what the method reads and writes, which writes it must own alone, and named
-  conflicts. Two methods that claim the same resource exclusively are rejected together.
+  conflicts. Two methods that claim the same resource exclusively are rejected together, and
+  so are two instances of one class that writes something (MixUp twice would mix twice),
+  unless the class sets ``allow_duplicates = True``.
+* ``check_applicable(model, batch)``: whether the method can work on this model and these
+  batches. The trainer asks on the first training batch, before any method runs; the harness
+  asks before training starts. A method card's *applicability* line is what this checks.
 """
 
 from __future__ import annotations
@@ -29,7 +34,11 @@ if TYPE_CHECKING:
     from cadence.loggers.logger import Logger
     from cadence.state import State
 
-__all__ = ["Algorithm", "Effects", "Resource"]
+__all__ = ["Algorithm", "Effects", "NotApplicableError", "Resource"]
+
+
+class NotApplicableError(ValueError):
+    """A method cannot work on this model or these batches; raised before training starts, with the fix."""
 
 
 class Resource(str, Enum):
@@ -76,6 +85,8 @@ class Algorithm(ABC):
 
     events: ClassVar[tuple[Event, ...]] = ()
     order: ClassVar[int] = 0
+    allow_duplicates: ClassVar[bool] = False
+    """Whether a run may list several instances of this class (only matters if it writes something)."""
 
     @abstractmethod
     def match(self, event: Event, state: State) -> bool:
@@ -88,6 +99,15 @@ class Algorithm(ABC):
     def effects(self) -> Effects:
         """What this method reads and writes. Override; the default declares nothing."""
         return Effects()
+
+    def check_applicable(self, model: Any, batch: Any) -> None:
+        """Raise `NotApplicableError` if this method cannot work on `model` with batches like `batch`.
+
+        `batch` is a training batch as the data loader yields it (on the training device),
+        before any method has changed it. The message names the method, what does not fit
+        and the fix (e.g. the ``target_key`` to pass). The default accepts everything.
+        """
+        del model, batch
 
     @property
     def find_unused_parameters(self) -> bool:

@@ -1,15 +1,26 @@
-"""Checkpoint files: atomic writes, a ``latest`` pointer, RNG capture, strict loads.
+"""Checkpoint files: atomic writes, a ``latest`` pointer, safe loads with clear errors, resumable runs.
 
 A checkpoint is a ``torch.save`` of plain containers and tensors, so it loads with
-``weights_only=True``: loading one can never execute code.
+``weights_only=True``: loading one can never execute code. What it holds is `cadence.snapshot`'s
+business; this module only moves files:
+
+* `save_checkpoint` writes through a temporary file and a rename, so a crash leaves the old
+  checkpoint or the new one, never a torn file; `remove_stale_temp_files` clears what a killed
+  writer left behind.
+* `load_checkpoint` raises `CheckpointError` naming the file and saying what is wrong (missing,
+  empty, damaged or truncated, not a checkpoint, carrying Python objects), never torch's advice
+  to load with ``weights_only=False``.
+* `find_resumable` picks the newest checkpoint of a folder that loads, from the ``ep*-ba*.pt``
+  files themselves (``latest.pt`` may be missing or dangling), warning about each it skips.
 """
 
 from __future__ import annotations
 
 import os
-import random
+import pickletools
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,44 +28,30 @@ import torch
 
 __all__ = [
     "LATEST",
-    "capture_rng",
+    "CheckpointError",
+    "checkpoint_position",
     "find_latest",
+    "find_resumable",
     "list_checkpoints",
     "load_checkpoint",
-    "restore_rng",
+    "load_run_checkpoint",
+    "remove_stale_temp_files",
     "save_checkpoint",
 ]
 
 LATEST = "latest.pt"
 _NAME = re.compile(r"^ep(\d+)-ba(\d+)\.pt$")
+_TEMP = re.compile(r"^\.(ep\d+-ba\d+\.pt|latest\.pt)\..+\.tmp$")  # what save_checkpoint writes before renaming
+_OBJECT_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "REDUCE", "BUILD"}
 
 
-def capture_rng() -> dict[str, Any]:
-    """The state of every global random number generator of this process."""
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    try:
-        import numpy as np
-    except ImportError:  # numpy is optional
-        pass
-    else:
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
-        state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be used: the message names the file, what is wrong and what to do."""
 
-
-def restore_rng(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    def __init__(self, path: str | Path, reason: str, detail: str = ""):
+        self.path, self.reason = Path(path), reason
+        message = f"cannot use checkpoint {self.path}: {reason}"
+        super().__init__(f"{message}\n  torch's reason: {detail}" if detail else message)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -95,115 +92,137 @@ def save_checkpoint(payload: dict[str, Any], folder: str | Path, filename: str) 
     return target
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def remove_stale_temp_files(folder: str | Path) -> list[Path]:
+    """Delete the temporary files a killed `save_checkpoint` left in `folder` (never a checkpoint)."""
+    removed = []
+    for path in Path(folder).glob(".*.tmp"):
+        if _TEMP.match(path.name) and path.is_file():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+# Loading -------------------------------------------------------------------------------------
+def load_checkpoint(path: str | Path) -> Any:
+    """What ``torch.save`` wrote to `path`, loaded safely; `CheckpointError` (naming the file and why) otherwise."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    if path.stat().st_size == 0:
+        raise CheckpointError(path, "the file is empty (a copy cut short, or a full disk when it was written)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(path, *_diagnose(path, error)) from None
+
+
+def load_run_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint a `Trainer` wrote (see `cadence.snapshot`); any other file is refused, naming it."""
+    payload = load_checkpoint(path)
+    if not isinstance(payload, dict) or "format" not in payload:
+        kind = type(payload).__name__
+        keys = f" with keys {sorted(map(str, payload))[:8]}" if isinstance(payload, dict) else ""
+        raise CheckpointError(path, f"not a cadence checkpoint: it holds a {kind}{keys}, without cadence's 'format'")
+    return payload
+
+
+def _diagnose(path: Path, error: Exception) -> tuple[str, str]:
+    """(what is wrong, torch's own words) for a file ``torch.load(weights_only=True)`` refused."""
+    detail = _torch_reason(error)
+    with path.open("rb") as handle:
+        head = handle.read(4)
+    if head == b"PK\x03\x04":  # a torch.save zip archive
+        if "Unsupported global" in detail:
+            return _OBJECTS, detail
+        return "it is damaged or truncated (its zip archive cannot be read); use an older checkpoint", detail
+    kind = _pickle_kind(path)
+    if kind == "objects":
+        return _OBJECTS, detail
+    if kind == "pickle":
+        return "not a cadence checkpoint: a plain pickle, not a file written by torch.save", detail
+    return "not a cadence checkpoint: not a file written by torch.save", detail
+
+
+_OBJECTS = (
+    "it contains Python objects that a checkpoint never holds (classes or callables to call while loading); "
+    "refusing to load it. Do not load it with weights_only=False unless you trust whoever wrote it"
+)
+
+
+def _torch_reason(error: Exception) -> str:
+    """The technical part of torch's message, without its advice to load with ``weights_only=False``."""
+    text = str(error)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text[text.index(marker) + len(marker) :]
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+    return first[:300]
+
+
+def _pickle_kind(path: Path, limit: int = 1 << 24) -> str:
+    """ "objects" for a pickle that would build Python objects, "pickle" for a plain one, "" for neither.
+
+    Reads the opcodes with `pickletools` (which executes nothing).
+    """
+    data = path.read_bytes()[:limit]
+    try:
+        names = {opcode.name for opcode, _, _ in pickletools.genops(data)}
+    except Exception:
+        return ""
+    return "objects" if names & _OBJECT_OPCODES else "pickle"
+
+
+# Finding checkpoints ---------------------------------------------------------------------------
+def checkpoint_position(path: str | Path) -> tuple[int, int] | None:
+    """(epoch, batch) from a checkpoint's name ``ep<E>-ba<B>.pt``, or None for other names."""
+    match = _NAME.match(Path(path).name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def list_checkpoints(folder: str | Path) -> list[Path]:
+    """Checkpoints in `folder`, oldest first (by batch, then epoch)."""
+    found = []
+    for path in Path(folder).glob("ep*-ba*.pt"):
+        position = checkpoint_position(path)
+        if position is not None:
+            found.append(((position[1], position[0]), path))
+    return [path for _, path in sorted(found)]
 
 
 def find_latest(folder: str | Path) -> Path | None:
+    """The checkpoint ``latest.pt`` points at, when it exists (see `find_resumable` to resume)."""
     latest = Path(folder) / LATEST
     return latest.resolve() if latest.exists() else None
 
 
-def list_checkpoints(folder: str | Path) -> list[Path]:
-    """Checkpoints in `folder`, oldest first."""
-    found = []
-    for path in Path(folder).glob("ep*-ba*.pt"):
-        match = _NAME.match(path.name)
-        if match:
-            found.append(((int(match.group(2)), int(match.group(1))), path))
-    return [path for _, path in sorted(found)]
+def find_resumable(folder: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint of `folder` that loads, and its payload; None when the folder holds none.
 
-
-# What a run's checkpoint holds ---------------------------------------------------------
-FORMAT_VERSION = 1
-
-
-def _metric_states(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {
-        name: {"state": dict(metric.metric_state), "update_count": metric._update_count}
-        for name, metric in metrics.items()
-    }
-
-
-def _restore_metric_states(metrics: dict[str, Any], saved: dict[str, Any]) -> None:
-    for name, metric in metrics.items():
-        if name in saved:
-            for key, value in saved[name]["state"].items():
-                setattr(metric, key, value.to(metric.device) if isinstance(value, torch.Tensor) else value)
-            metric._update_count = saved[name]["update_count"]
-
-
-def _named_states(objects: list[Any]) -> list[list[Any]]:
-    return [[type(obj).__qualname__, obj.state_dict()] for obj in objects]
-
-
-def _restore_named_states(objects: list[Any], saved: list[list[Any]], kind: str) -> None:
-    import warnings
-
-    waiting: dict[str, list[Any]] = {}
-    for obj in objects:
-        waiting.setdefault(type(obj).__qualname__, []).append(obj)
-    for name, state in saved:
-        if waiting.get(name):
-            waiting[name].pop(0).load_state_dict(state)
-        elif state:
+    Each newer one that does not load is skipped with a warning naming it and why, and left
+    as it is. When checkpoints exist but none loads, `CheckpointError` lists them all: starting
+    over would silently lose the run.
+    """
+    candidates = list_checkpoints(folder)
+    failures = []
+    for path in reversed(candidates):
+        try:
+            payload = load_run_checkpoint(path)
+        except CheckpointError as error:
+            failures.append(error)
+            continue
+        for skipped in failures:
             warnings.warn(
-                f"the checkpoint holds state for {kind} {name}, which this run does not use; ignored", stacklevel=2
+                f"autoresume skips {skipped.path}: {skipped.reason}. Resuming from {path.name} instead; the "
+                f"skipped file is left as it is, and this run writes a new checkpoint when it gets there",
+                RuntimeWarning,
+                stacklevel=3,
             )
-
-
-def run_payload(state: Any, rng_by_rank: list[dict[str, Any]], scheduler_states: list[Any]) -> dict[str, Any]:
-    """Everything needed to continue `state` exactly where it is."""
-    return {
-        "format": FORMAT_VERSION,
-        "run_name": state.run_name,
-        "rank_zero_seed": state.rank_zero_seed,
-        "timestamp": state.timestamp.state_dict(),
-        "model": state.model.state_dict(),
-        "optimizers": [opt.state_dict() for opt in state.optimizers],
-        "schedulers": scheduler_states,
-        "scaler": state.scaler.state_dict() if state.scaler is not None else None,
-        "algorithms": _named_states(state.algorithms),
-        "callbacks": _named_states(state.callbacks),
-        "train_metrics": _metric_states(state.train_metrics),
-        "rng": rng_by_rank,
-    }
-
-
-def restore_run(state: Any, payload: dict[str, Any], schedulers: list[Any]) -> dict[str, Any] | None:
-    """Load `payload` into `state` (strictly); return this rank's RNG states to restore last."""
-    from cadence.time import Timestamp
-
-    if payload.get("format") != FORMAT_VERSION:
-        raise ValueError(
-            f"checkpoint format {payload.get('format')!r} is not {FORMAT_VERSION}; it was written "
-            "by an incompatible cadence version"
+        return path, payload
+    if failures:
+        listed = "\n".join(f"  {error.path.name}: {error.reason}" for error in failures)
+        raise CheckpointError(
+            folder,
+            f"autoresume found {len(failures)} checkpoint(s) and none of them loads:\n{listed}\n"
+            "Restore a good copy, or move them out of the folder to start the run over",
         )
-    state.model.load_state_dict(payload["model"], strict=True)
-    if len(payload["optimizers"]) != len(state.optimizers):
-        raise ValueError(
-            f"the checkpoint has {len(payload['optimizers'])} optimizer(s), this run "
-            f"{len(state.optimizers)}; pass the same optimizers as the run that wrote it"
-        )
-    for optimizer, saved in zip(state.optimizers, payload["optimizers"]):
-        optimizer.load_state_dict(saved)
-    if len(payload["schedulers"]) != len(schedulers):
-        raise ValueError(
-            f"the checkpoint has {len(payload['schedulers'])} scheduler(s), this run "
-            f"{len(schedulers)}; pass the same schedulers as the run that wrote it"
-        )
-    for scheduler, saved in zip(schedulers, payload["schedulers"]):
-        scheduler.load_state_dict(saved)
-    if state.scaler is not None and payload["scaler"] is not None:
-        state.scaler.load_state_dict(payload["scaler"])
-    state.timestamp = Timestamp.from_state_dict(payload["timestamp"])
-    state.rank_zero_seed = payload["rank_zero_seed"]
-    state.run_name = payload["run_name"]
-    _restore_named_states(state.algorithms, payload["algorithms"], "method")
-    _restore_named_states(state.callbacks, payload["callbacks"], "callback")
-    _restore_metric_states(state.train_metrics, payload["train_metrics"])
-    rng = payload["rng"]
-    return rng[state.rank] if state.rank < len(rng) else None
+    return None

@@ -7,6 +7,7 @@ and sorted by ``order``), so the per-batch cost of an idle method is one ``match
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from itertools import combinations
 
 from cadence.algorithm import Algorithm
@@ -51,8 +52,27 @@ def check_composition(algorithms: Sequence[Algorithm]) -> None:
                 "list each method once"
             )
         seen[id(algorithm)] = index
+    _check_duplicate_classes(algorithms)
     for first, second in combinations(algorithms, 2):
         _check_pair(first, second)
+
+
+def _check_duplicate_classes(algorithms: Sequence[Algorithm]) -> None:
+    """Two instances of one class that writes something would apply it twice (MixUp twice mixes twice)."""
+    first_seen: dict[type, int] = {}
+    for index, algorithm in enumerate(algorithms):
+        kind = type(algorithm)
+        if kind not in first_seen:
+            first_seen[kind] = index
+            continue
+        writes = algorithm.effects().writes
+        if writes and not kind.allow_duplicates:
+            touched = ", ".join(sorted(resource.value for resource in writes))
+            raise MethodConflictError(
+                f"{algorithm.name} is listed twice (positions {first_seen[kind]} and {index}): it changes the "
+                f"{touched}, so every batch would get it twice. List it once (with the hyperparameters you want); "
+                f"a class meant to run several times sets allow_duplicates = True"
+            )
 
 
 def _check_pair(first: Algorithm, second: Algorithm) -> None:
@@ -154,6 +174,14 @@ class Engine:
                 callback.run_event(event, state, logger)
             except Exception as error:
                 raise MethodError(type(callback).__name__, event, error) from error
+
+    def check_applicable(self, batch: Any) -> None:
+        """Ask every method whether it can work on the model with batches like `batch` (before any runs).
+
+        Raises the first method's `NotApplicableError`, whose message names the method and the fix.
+        """
+        for algorithm in self.state.algorithms:
+            algorithm.check_applicable(self.state.model, batch)
 
     def close(self) -> None:
         """Give every callback the chance to release resources (idempotent)."""

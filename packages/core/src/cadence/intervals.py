@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from cadence.checks import check_callable
 from cadence.event import Event
 from cadence.state import State
 from cadence.time import Time, TimeUnit
@@ -18,7 +19,7 @@ IntervalLike = str | int | Time | Interval
 def parse_interval(value: IntervalLike, name: str) -> Interval | None:
     """Turn a user's interval into a predicate, or None when it is disabled (0)."""
     if callable(value) and not isinstance(value, Time):
-        return value
+        return check_callable(name, value, arguments=2, signature="(state, event) -> bool")
     if isinstance(value, int) and not isinstance(value, bool) and value == 0:
         return None
     try:

@@ -11,8 +11,11 @@ a method by name: `cadence.functional` and `cadence.algorithms` are built from t
 
 from __future__ import annotations
 
+import difflib
+import dis
 import importlib
 import inspect
+import sys
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,6 +31,7 @@ __all__ = [
     "PluginWarning",
     "Registry",
     "RegistryError",
+    "canonical_name",
     "registry",
 ]
 
@@ -58,14 +62,32 @@ class Registry:
     broken: dict[str, str] = field(default_factory=dict)  # entry-point name -> reason
 
     def method(self, name: str) -> MethodInfo:
-        key = name.strip().lower().replace("-", "_")
+        """The method registered as `name`, or whose class is named `name` (``mixup``, ``MixUp``, ``Mix-Up``)."""
+        key = canonical_name(name)
         if key in self.methods:
             return self.methods[key]
-        by_class = {info.algorithm.__name__.lower(): info for info in self.methods.values()}
+        by_class = {canonical_name(info.algorithm.__name__): info for info in self.methods.values()}
         if key.replace("_", "") in by_class:
             return by_class[key.replace("_", "")]
-        hint = f"; could not load: {', '.join(f'{n} ({r})' for n, r in self.broken.items())}" if self.broken else ""
-        raise KeyError(f"no installed method named {name!r}; installed: {', '.join(sorted(self.methods))}{hint}")
+        raise KeyError(f"no installed method named {name!r}{self.suggest(name)}")
+
+    def suggest(self, name: str) -> str:
+        """ "; did you mean 'mixup'?" (or the installed list), and the packages that failed to load."""
+        names = sorted(self.methods)
+        spellings = {canonical_name(n): n for n in names} | {
+            canonical_name(info.algorithm.__name__): n for n, info in self.methods.items()
+        }
+        close = difflib.get_close_matches(canonical_name(name), list(spellings), n=1, cutoff=0.6)
+        hint = f"; did you mean {spellings[close[0]]!r}?" if close else ""
+        hint += f" Installed: {', '.join(names) or 'none (install a cadence-<method> package)'}"
+        if self.broken:
+            hint += f"; could not load: {', '.join(f'{n} ({r})' for n, r in self.broken.items())}"
+        return hint
+
+
+def canonical_name(name: str) -> str:
+    """The registry spelling of a method name: lower case, dashes and spaces as underscores."""
+    return str(name).strip().lower().replace("-", "_").replace(" ", "_")
 
 
 def _distribution_name(entry_point: EntryPoint) -> str:
@@ -139,12 +161,35 @@ def registry() -> Registry:
 
 
 def lazy_lookup(kind: str, name: str, module_name: str) -> Any:
+    """``cadence.algorithms.<name>`` / ``cadence.functional.<name>`` from the installed methods.
+
+    A missing name raises AttributeError (so ``hasattr`` works), except under
+    ``from cadence.algorithms import Name``, where Python would replace that message by a bare
+    "cannot import name": there it raises ImportError with the same explanation.
+    """
     table = registry().algorithms if kind == "algorithms" else registry().functions
     if name in table:
         return table[name]
     broken = registry().broken
-    hint = f" Packages that failed to load: {', '.join(f'{n} ({r})' for n, r in broken.items())}." if broken else ""
-    raise AttributeError(
-        f"module {module_name!r} has no attribute {name!r}: no installed cadence method provides it.{hint} "
-        f"Available: {', '.join(sorted(table)) or 'none (install a cadence-<method> package)'}"
-    )
+    close = difflib.get_close_matches(name, list(table), n=1)
+    message = f"module {module_name!r} has no attribute {name!r}: no installed cadence method provides it. "
+    if close:
+        message += f"Did you mean {close[0]!r}? "
+    else:
+        message += "If it is a cadence method, install its package (cadence-<method>, e.g. pip install cadence-mixup). "
+    if broken:
+        message += f"Packages that failed to load: {', '.join(f'{n} ({r})' for n, r in broken.items())}. "
+    message += f"Available: {', '.join(sorted(table)) or 'none (install a cadence-<method> package)'}"
+    if _called_by_from_import():
+        raise ImportError(message, name=module_name)
+    raise AttributeError(message)
+
+
+_IMPORT_FROM = dis.opmap.get("IMPORT_FROM")
+
+
+def _called_by_from_import() -> bool:
+    """True when the frame that asked for the attribute is executing ``from module import name``."""
+    frame = sys._getframe(3)  # 0: here, 1: lazy_lookup, 2: the module __getattr__, 3: the importing code
+    code = frame.f_code.co_code
+    return _IMPORT_FROM is not None and 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_FROM

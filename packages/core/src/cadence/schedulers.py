@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from cadence.time import Time, TimeLike
+from cadence.checks import check_number
+from cadence.time import Time, TimeLike, parse_time
 
 if TYPE_CHECKING:
     from cadence.state import State
@@ -37,15 +38,15 @@ __all__ = [
 
 
 def _time(value: TimeLike, name: str) -> Time:
-    try:
-        return Time.from_input(value, "ba")
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{name}={value!r}: {error}") from None
+    return parse_time(name, value, default_int_unit="ba")
 
 
-def _check_fraction(value: float, name: str) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name}={value!r} must be in [0, 1]")
+def _check_fraction(value: float, name: str) -> float:
+    return check_number(name, value, ge=0, le=1)
+
+
+def _multiplier(value: float, name: str) -> float:
+    return check_number(name, value, ge=0, hint="it multiplies the optimizer's learning rate")
 
 
 class Scheduler(ABC):
@@ -81,7 +82,7 @@ def _progress(state: State, start: float, end: float) -> float:
 
 class ConstantScheduler(Scheduler):
     def __init__(self, alpha: float = 1.0):
-        self.alpha = alpha
+        self.alpha = _multiplier(alpha, "alpha")
 
     def __call__(self, state: State, ssr: float = 1.0) -> float:
         return self.alpha
@@ -91,7 +92,8 @@ class LinearScheduler(Scheduler):
     """From `alpha_i` to `alpha_f` linearly over `t_max`, then constant."""
 
     def __init__(self, alpha_i: float = 1.0, alpha_f: float = 0.0, t_max: TimeLike = "1dur"):
-        self.alpha_i, self.alpha_f, self.t_max = alpha_i, alpha_f, _time(t_max, "t_max")
+        self.alpha_i, self.alpha_f = _multiplier(alpha_i, "alpha_i"), _multiplier(alpha_f, "alpha_f")
+        self.t_max = _time(t_max, "t_max")
 
     def __call__(self, state: State, ssr: float = 1.0) -> float:
         frac = _progress(state, 0.0, self.batches(state, self.t_max, ssr))
@@ -102,8 +104,7 @@ class CosineAnnealingScheduler(Scheduler):
     """Half a cosine from 1 down to `alpha_f` over `t_max`."""
 
     def __init__(self, t_max: TimeLike = "1dur", alpha_f: float = 0.0):
-        _check_fraction(alpha_f, "alpha_f")
-        self.t_max, self.alpha_f = _time(t_max, "t_max"), alpha_f
+        self.t_max, self.alpha_f = _time(t_max, "t_max"), _check_fraction(alpha_f, "alpha_f")
 
     def __call__(self, state: State, ssr: float = 1.0) -> float:
         frac = _progress(state, 0.0, self.batches(state, self.t_max, ssr))
@@ -114,7 +115,7 @@ class StepScheduler(Scheduler):
     """Multiply by `gamma` every `step_size`."""
 
     def __init__(self, step_size: TimeLike, gamma: float = 0.1):
-        self.step_size, self.gamma = _time(step_size, "step_size"), gamma
+        self.step_size, self.gamma = _time(step_size, "step_size"), check_number("gamma", gamma, gt=0)
 
     def __call__(self, state: State, ssr: float = 1.0) -> float:
         step = self.batches(state, self.step_size, ssr)
@@ -127,8 +128,10 @@ class MultiStepScheduler(Scheduler):
     """Multiply by `gamma` at each milestone."""
 
     def __init__(self, milestones: Sequence[TimeLike], gamma: float = 0.1):
-        self.milestones = [_time(m, "milestones") for m in milestones]
-        self.gamma = gamma
+        if isinstance(milestones, (str, int, Time)):
+            raise TypeError(f"`milestones`={milestones!r} must be a list of times, e.g. ['30ep', '60ep']")
+        self.milestones = [_time(m, f"milestones[{i}]") for i, m in enumerate(milestones)]
+        self.gamma = check_number("gamma", gamma, gt=0)
 
     def __call__(self, state: State, ssr: float = 1.0) -> float:
         passed = sum(state.timestamp.batch >= self.batches(state, m, ssr) for m in self.milestones)
@@ -140,7 +143,7 @@ class LinearWithWarmupScheduler(Scheduler):
 
     def __init__(self, t_warmup: TimeLike, alpha_i: float = 1.0, alpha_f: float = 0.0, t_max: TimeLike = "1dur"):
         self.t_warmup, self.t_max = _time(t_warmup, "t_warmup"), _time(t_max, "t_max")
-        self.alpha_i, self.alpha_f = alpha_i, alpha_f
+        self.alpha_i, self.alpha_f = _multiplier(alpha_i, "alpha_i"), _multiplier(alpha_f, "alpha_f")
 
     def __call__(self, state: State, ssr: float = 1.0) -> float:
         warm = _warmup(state, self.t_warmup, ssr)
@@ -154,8 +157,8 @@ class CosineAnnealingWithWarmupScheduler(Scheduler):
     """Linear warm-up from 0 over `t_warmup`, then half a cosine down to `alpha_f` at `t_max`."""
 
     def __init__(self, t_warmup: TimeLike, t_max: TimeLike = "1dur", alpha_f: float = 0.0):
-        _check_fraction(alpha_f, "alpha_f")
-        self.t_warmup, self.t_max, self.alpha_f = _time(t_warmup, "t_warmup"), _time(t_max, "t_max"), alpha_f
+        self.t_warmup, self.t_max = _time(t_warmup, "t_warmup"), _time(t_max, "t_max")
+        self.alpha_f = _check_fraction(alpha_f, "alpha_f")
 
     def __call__(self, state: State, ssr: float = 1.0) -> float:
         warm = _warmup(state, self.t_warmup, ssr)

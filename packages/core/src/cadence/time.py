@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, Union
 
-__all__ = ["Time", "TimeLike", "TimeUnit", "Timestamp", "ensure_time"]
+__all__ = ["Time", "TimeLike", "TimeUnit", "Timestamp", "ensure_time", "parse_time"]
 
 
 class TimeUnit(str, Enum):
@@ -184,6 +184,30 @@ class Time:
 
 def ensure_time(value: TimeLike, default_int_unit: TimeUnit | str = TimeUnit.EPOCH) -> Time:
     return Time.from_input(value, default_int_unit)
+
+
+def parse_time(
+    name: str,
+    value: TimeLike,
+    *,
+    default_int_unit: TimeUnit | str = TimeUnit.EPOCH,
+    units: tuple[TimeUnit, ...] | None = None,
+    positive: bool = False,
+) -> Time:
+    """A user's time argument as a `Time`; every refusal names the argument `name` and echoes `value`.
+
+    `units` limits the accepted units; `positive` refuses zero.
+    """
+    try:
+        time = Time.from_input(value, default_int_unit)
+    except (TypeError, ValueError) as error:
+        kind = TypeError if isinstance(error, TypeError) else ValueError
+        raise kind(f"`{name}={value!r}` is not a time: {error}") from None
+    names = [unit.value for unit in (units or tuple(TimeUnit))]
+    amount = f"{'a positive' if positive else 'an'} amount of {', '.join(names[:-1])} or {names[-1]}"
+    if (units is not None and time.unit not in units) or (positive and time.value <= 0):
+        raise ValueError(f"`{name}={value!r}` must be {amount}, e.g. '10{names[0]}'")
+    return time
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import contextlib
 import random
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,20 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from cadence import checkpoint as ckpt
 from cadence import distributed as dist
+from cadence import snapshot
 from cadence.algorithm import Algorithm
+from cadence.arguments import (
+    as_list,
+    check_checkpointing,
+    check_max_duration,
+    check_microbatch_size,
+    check_model,
+    newer_checkpoints,
+    parse_device,
+)
 from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
 from cadence.callback import Callback
+from cadence.checks import check_bool, check_choice, check_seed
 from cadence.data import LoaderPlan, prepare_loader
 from cadence.engine import Engine
 from cadence.event import Event
@@ -34,10 +45,12 @@ from cadence.loggers.console import ConsoleLogger
 from cadence.loggers.destination import LoggerDestination
 from cadence.loggers.logger import Logger
 from cadence.models.base import total_loss
+from cadence.nonfinite import NONFINITE_MODES, NonFiniteLossError, NonFiniteLossGuard
 from cadence.precision import Precision, autocast_context, make_grad_scaler
 from cadence.schedulers import Scheduler, compile_scheduler
 from cadence.state import State
-from cadence.time import Time, TimeLike, TimeUnit
+from cadence.termination import RunTerminated, sigterm_raises
+from cadence.time import TimeLike, TimeUnit
 
 __all__ = ["Trainer", "seed_all"]
 
@@ -51,28 +64,6 @@ def seed_all(seed: int) -> None:
     except ImportError:
         return
     np.random.seed(seed % 2**32)
-
-
-def _parse_device(device: str | torch.device | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    name = device.type if isinstance(device, torch.device) else str(device).lower()
-    if name in ("gpu", "cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} but CUDA is not available; use device='cpu'")
-        return dist.local_device(torch.device("cuda") if not isinstance(device, torch.device) else device)
-    if name == "cpu":
-        return torch.device("cpu")
-    raise ValueError(f"unknown device={device!r}; use 'cpu' or 'gpu'")
-
-
-def _as_list(value: Any, name: str, kind: type | tuple[type, ...]) -> list[Any]:
-    items = [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
-    for index, item in enumerate(items):
-        if not isinstance(item, kind):
-            expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-            raise TypeError(f"{name}[{index}] is a {type(item).__name__}; expected {expected}")
-    return items
 
 
 class Trainer:
@@ -90,11 +81,18 @@ class Trainer:
         precision: ``"fp32"``, ``"amp_bf16"`` or ``"amp_fp16"`` (default bf16 on GPUs that have it).
         device_train_microbatch_size: split each batch into microbatches of this size (gradient accumulation).
         save_folder, save_interval, save_num_checkpoints_to_keep: checkpointing (-1 keeps all).
-        load_path: a checkpoint to start from. autoresume: continue from ``save_folder``'s latest checkpoint.
+        save_overwrite: allow writing over checkpoints of other run positions in ``save_folder``.
+        load_path: a checkpoint to start from. autoresume: continue from the newest checkpoint of
+            ``save_folder`` that loads (damaged ones are skipped with a warning, never deleted).
         seed: the root seed (random when None; every rank uses ``seed + rank``).
         deterministic_mode: ask torch for deterministic kernels.
         scale_schedule_ratio: stretch (>1) or shrink (<1) the run and every schedule.
         run_name, progress_bar, compute_train_metrics: presentation.
+        nonfinite_loss: ``"error"`` stops the run at a NaN/inf loss, naming the step; ``"skip"`` skips
+            such steps (see `cadence.nonfinite` for what each costs on an accelerator).
+
+    The trainer owns the end of the run: its loggers are finished exactly once, FAILED (or KILLED
+    on Ctrl-C and SIGTERM) when an exception escapes ``__init__`` or ``fit``, FINISHED by `close`.
     """
 
     def __init__(
@@ -116,6 +114,7 @@ class Trainer:
         save_folder: str | Path | None = None,
         save_interval: IntervalLike = "1ep",
         save_num_checkpoints_to_keep: int = -1,
+        save_overwrite: bool = False,
         load_path: str | Path | None = None,
         autoresume: bool = False,
         seed: int | None = None,
@@ -124,48 +123,35 @@ class Trainer:
         run_name: str | None = None,
         progress_bar: bool = True,
         compute_train_metrics: bool = False,
+        nonfinite_loss: str = "error",
     ):
         # Validate everything before any work is done ------------------------------------
-        if not isinstance(model, nn.Module) or not callable(getattr(model, "loss", None)):
-            raise TypeError(
-                f"model must be a cadence.Model with forward(batch) and loss(outputs, batch), got "
-                f"{type(model).__name__}; wrap a classification module in cadence.Classifier(module, num_classes)"
-            )
-        device_ = _parse_device(device)
+        check_model(model)
+        device_ = parse_device(device)
         precision_ = Precision.parse(precision, device_)
-        if max_duration is not None:
-            max_duration = Time.from_input(max_duration, TimeUnit.EPOCH)
-            if max_duration.unit is TimeUnit.DURATION or max_duration.value <= 0:
-                raise ValueError(f"max_duration={max_duration} must be a positive amount of ep, ba, sp or tok")
-        if not isinstance(scale_schedule_ratio, (int, float)) or not scale_schedule_ratio > 0:
-            raise ValueError(f"scale_schedule_ratio={scale_schedule_ratio!r} must be a number > 0")
-        if device_train_microbatch_size is not None:
-            if not isinstance(device_train_microbatch_size, int) or device_train_microbatch_size < 1:
-                raise ValueError(f"device_train_microbatch_size={device_train_microbatch_size!r} must be an int >= 1")
-            batch_size = getattr(train_dataloader, "batch_size", None)
-            if batch_size is not None and device_train_microbatch_size > batch_size:
-                raise ValueError(
-                    f"device_train_microbatch_size={device_train_microbatch_size} is larger than the batch size "
-                    f"{batch_size}; use at most {batch_size} (or leave it None for one microbatch per batch)"
-                )
-        optimizers_ = _as_list(optimizers, "optimizers", torch.optim.Optimizer)
-        schedulers_ = _as_list(schedulers, "schedulers", (Scheduler, LRScheduler))
-        if scale_schedule_ratio != 1.0 and any(isinstance(s, LRScheduler) for s in schedulers_):
+        max_duration_, self.ssr = check_max_duration(max_duration, scale_schedule_ratio)
+        microbatch_size = check_microbatch_size(device_train_microbatch_size, train_dataloader)
+        optimizers_ = as_list(optimizers, "optimizers", torch.optim.Optimizer)
+        schedulers_ = as_list(schedulers, "schedulers", (Scheduler, LRScheduler))
+        if self.ssr != 1.0 and any(isinstance(s, LRScheduler) for s in schedulers_):
             raise ValueError("scale_schedule_ratio cannot rescale torch LRSchedulers; use cadence.schedulers instead")
-        algorithms_ = list(algorithms or [])
-        callbacks_ = _as_list(callbacks, "callbacks", Callback)
-        loggers_ = _as_list(loggers, "loggers", LoggerDestination)
+        algorithms_ = as_list(algorithms, "algorithms", object)  # the Engine checks they are Algorithms
+        callbacks_ = as_list(callbacks, "callbacks", Callback)
+        loggers_ = as_list(loggers, "loggers", LoggerDestination)
         self._eval_interval = parse_interval(eval_interval, "eval_interval")
         self._save_interval = parse_interval(save_interval, "save_interval")
-        if not isinstance(save_num_checkpoints_to_keep, int) or save_num_checkpoints_to_keep == 0:
-            raise ValueError(f"save_num_checkpoints_to_keep={save_num_checkpoints_to_keep!r}: use -1 (all) or >= 1")
-        if autoresume and save_folder is None:
-            raise ValueError("autoresume=True needs save_folder, where the checkpoints to resume from are written")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise ValueError(f"seed={seed!r} must be a non-negative int or None")
+        check_checkpointing(save_folder, save_num_checkpoints_to_keep, autoresume, load_path)
+        flags = {"autoresume": autoresume, "save_overwrite": save_overwrite, "deterministic_mode": deterministic_mode,
+                 "progress_bar": progress_bar, "compute_train_metrics": compute_train_metrics}  # fmt: skip
+        for name, flag in flags.items():
+            check_bool(name, flag)
+        seed = check_seed("seed", seed)
+        if run_name is not None and not isinstance(run_name, str):
+            raise TypeError(f"`run_name={run_name!r}` must be a string or None")
+        self._nonfinite = NonFiniteLossGuard(check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_MODES))
         self.save_folder = Path(save_folder) if save_folder is not None else None
         self.save_num_checkpoints_to_keep = save_num_checkpoints_to_keep
-        self.ssr = float(scale_schedule_ratio)
+        self.save_overwrite = save_overwrite
         self.compute_train_metrics = compute_train_metrics
 
         # Environment: process group, seeds, determinism ---------------------------------
@@ -185,15 +171,13 @@ class Trainer:
         if train_dataloader is not None:
             self._train_plan = prepare_loader(train_dataloader, seed=seed, rank=rank, world_size=world_size, train=True)
         self._eval_plan = self._prepare_eval(eval_dataloader, seed, rank, world_size)
-        if max_duration is not None and self.ssr != 1.0:
-            max_duration = max_duration * self.ssr
         if rank != 0:  # only rank 0 logs
             loggers_ = []
         elif progress_bar and not any(isinstance(d, ConsoleLogger) for d in loggers_):
             loggers_.append(ConsoleLogger())
         self.state = State(
             model=model,
-            max_duration=max_duration,
+            max_duration=max_duration_,
             rank_zero_seed=seed,
             dataloader=self._train_plan.loader if self._train_plan else None,
             dataloader_len=len(self._train_plan) if self._train_plan and self._train_plan.has_length else None,
@@ -202,39 +186,42 @@ class Trainer:
             callbacks=[*callbacks_, *loggers_],
             device=device_,
             precision=precision_,
-            device_train_microbatch_size=device_train_microbatch_size,
+            device_train_microbatch_size=microbatch_size,
             rank=rank,
             world_size=world_size,
             run_name=run_name,
         )
         self.state.scaler = make_grad_scaler(precision_, device_)
         self.logger = Logger(self.state, loggers_)
-        self.engine = Engine(self.state, logger=self.logger)  # rejects conflicting methods
+        self._finished = False  # the loggers are finished exactly once, here or in close()
+        with self._ends_run_on_failure():  # from here on the run exists: a failure is recorded
+            self.engine = Engine(self.state, logger=self.logger)  # rejects conflicting methods
 
-        # INIT (surgery), then metrics and schedulers on the final model ---------------------
-        self.engine.run_event(Event.INIT)
-        model = self.state.model
-        self.state.train_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=True).items()}
-        self.state.eval_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=False).items()}
-        self._schedulers = self._compile_schedulers(schedulers_)
+            # INIT (surgery), then metrics and schedulers on the final model -----------------
+            self.engine.run_event(Event.INIT)
+            model = self.state.model
+            self.state.train_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=True).items()}
+            self.state.eval_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=False).items()}
+            self._schedulers = self._compile_schedulers(schedulers_)
 
-        # Load a checkpoint between BEFORE_LOAD and AFTER_LOAD; restore RNG last ---------------
-        self.engine.run_event(Event.BEFORE_LOAD)
-        resume_from = self._checkpoint_to_load(load_path, autoresume)
-        if resume_from is not None:
-            self._load(resume_from)
-        self.engine.run_event(Event.AFTER_LOAD)
+            # Load a checkpoint between BEFORE_LOAD and AFTER_LOAD; restore RNG last -----------
+            self.engine.run_event(Event.BEFORE_LOAD)
+            resume_from = self._checkpoint_to_load(load_path, autoresume)
+            if resume_from is not None:
+                self._load(*resume_from)
+            self.engine.run_event(Event.AFTER_LOAD)
 
-        # Distributed wrapper (after surgery and loading: DDP broadcasts rank 0's weights) -----
-        self._forward_module: nn.Module = model
-        if world_size > 1:
-            find_unused = any(a.find_unused_parameters for a in self.state.algorithms)
-            self._forward_module = DistributedDataParallel(
-                model,
-                device_ids=[device_.index] if device_.type == "cuda" else None,
-                find_unused_parameters=find_unused,
-            )
+            # Distributed wrapper (after surgery and loading: DDP broadcasts rank 0's weights) -
+            self._forward_module: nn.Module = model
+            if world_size > 1:
+                find_unused = any(a.find_unused_parameters for a in self.state.algorithms)
+                self._forward_module = DistributedDataParallel(
+                    model,
+                    device_ids=[device_.index] if device_.type == "cuda" else None,
+                    find_unused_parameters=find_unused,
+                )
         self._create_graph = any(a.backwards_create_graph for a in self.state.algorithms)
+        self._first_batch_checked = False
         self._last_eval_batch = -1
         self._last_save = self._position() if resume_from is not None else None
 
@@ -262,48 +249,78 @@ class Trainer:
         self.state.schedulers = [s for s, _ in compiled]
         return compiled
 
-    def _checkpoint_to_load(self, load_path: str | Path | None, autoresume: bool) -> Path | None:
+    def _checkpoint_to_load(self, load_path: str | Path | None, autoresume: bool) -> tuple[Path, dict[str, Any]] | None:
+        """(path, payload) to start from: ``save_folder``'s newest loadable checkpoint, else `load_path`."""
+        existing: list[Path] = []
         if self.save_folder is not None:
-            latest = ckpt.find_latest(self.save_folder)
-            if autoresume and latest is not None:
-                return latest
-            if latest is not None and not autoresume and load_path is None:
+            if self.state.rank == 0:
+                ckpt.remove_stale_temp_files(self.save_folder)  # a writer killed mid-save left them
+            existing = ckpt.list_checkpoints(self.save_folder)
+            if autoresume and existing:
+                found = ckpt.find_resumable(self.save_folder)
+                if found is not None:
+                    return found
+            if existing and load_path is None and not self.save_overwrite:
                 raise ValueError(
                     f"save_folder={str(self.save_folder)!r} already holds checkpoints; pass autoresume=True to "
-                    "continue that run, or choose an empty folder"
+                    "continue that run, choose an empty folder, or pass save_overwrite=True to write over them"
                 )
-        return Path(load_path) if load_path is not None else None
+        if load_path is None:
+            return None
+        payload = ckpt.load_run_checkpoint(load_path)
+        position = (payload["timestamp"]["epoch"], payload["timestamp"]["batch"])
+        newer = newer_checkpoints(existing, position)
+        if newer and not self.save_overwrite:
+            raise ValueError(
+                f"save_folder={str(self.save_folder)!r} holds checkpoints past the one loaded from {load_path} "
+                f"({', '.join(p.name for p in newer[:3])}{', ...' if len(newer) > 3 else ''}); this run would write "
+                "over them. Use another save_folder, or pass save_overwrite=True"
+            )
+        return Path(load_path), payload
 
-    def _load(self, path: Path) -> None:
-        payload = ckpt.load_checkpoint(path)
-        rng = ckpt.restore_run(self.state, payload, self.state.schedulers)
+    def _load(self, path: Path, payload: dict[str, Any]) -> None:
+        restored = snapshot.restore_run(self.state, payload, self.state.schedulers, path)
+        self._nonfinite.load_state_dict(restored["trainer"].get("nonfinite", {}))
         for plan in (self._train_plan, self._eval_plan):
             if plan is not None:  # the data order follows the seed of the run that wrote the checkpoint
                 plan.seed = self.state.rank_zero_seed
                 if plan.sampler is not None:
                     plan.sampler.seed = self.state.rank_zero_seed
-        if rng is not None:
-            ckpt.restore_rng(rng)
+        if restored["rng"] is not None:
+            snapshot.restore_rng(restored["rng"])
         else:
             warnings.warn(f"the checkpoint has no RNG state for rank {self.state.rank}; reseeding", stacklevel=3)
             seed_all(self.state.seed)
 
+    # The end of the run ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _ends_run_on_failure(self) -> Iterator[None]:
+        """If anything escapes the block, the loggers record the run FAILED (KILLED on Ctrl-C or SIGTERM)."""
+        try:
+            with sigterm_raises():
+                yield
+        except (KeyboardInterrupt, RunTerminated) as error:
+            self._finish("KILLED", error)
+            raise
+        except BaseException as error:
+            self._finish("FAILED", error)
+            raise
+
+    def _finish(self, status: str, error: BaseException | None = None) -> None:
+        if not self._finished:
+            self._finished = True
+            self.logger.finish(status, error=error)
+
     # Training -----------------------------------------------------------------------------
     def fit(self) -> None:
-        """Train until `max_duration`. If anything escapes, loggers record the run as FAILED (KILLED on Ctrl-C)."""
+        """Train until `max_duration`. If anything escapes, loggers record the run FAILED (KILLED on SIGINT/SIGTERM)."""
         state = self.state
         if self._train_plan is None or state.max_duration is None:
             raise ValueError("fit() needs train_dataloader and max_duration; pass them to Trainer(...)")
         if not state.optimizers:
             raise ValueError("fit() needs optimizers; e.g. optimizers=torch.optim.SGD(model.parameters(), lr=0.1)")
-        try:
+        with self._ends_run_on_failure():
             self._fit()
-        except KeyboardInterrupt as error:
-            self.logger.finish("KILLED", error=error)
-            raise
-        except BaseException as error:
-            self.logger.finish("FAILED", error=error)
-            raise
 
     def _fit(self) -> None:
         state = self.state
@@ -317,6 +334,7 @@ class Trainer:
                 self.engine.run_event(Event.EPOCH_START)
             if self._train_epoch():
                 self._end_epoch()
+        self._nonfinite.check()
         evaluation_due = self._eval_plan is not None and self._eval_interval is not None
         if evaluation_due and self._last_eval_batch != state.timestamp.batch:
             self._evaluate()
@@ -339,11 +357,24 @@ class Trainer:
                     raise ValueError("train_dataloader yielded no batches") from None
                 return True
             state.batch = batch_to_device(batch, state.device)
+            if not self._first_batch_checked:
+                self._check_first_batch(state.batch)
             self.engine.run_event(Event.AFTER_DATALOADER)
             self._train_batch()
             if state.is_done():
                 return bool(state.dataloader_len) and state.timestamp.batch_in_epoch >= state.dataloader_len
         return True
+
+    def _check_first_batch(self, batch: Any) -> None:
+        """Before anything trains: every method can work on these batches, and a ``tok`` duration can end."""
+        self._first_batch_checked = True
+        self.engine.check_applicable(batch)
+        duration = self.state.max_duration
+        if duration is not None and duration.unit is TimeUnit.TOKEN and batch_num_tokens(batch) == 0:
+            raise ValueError(
+                f"max_duration={duration} counts tokens, but the training batches hold none (tokens are counted in "
+                "a dict batch's 'input_ids'); give max_duration in ep, ba or sp"
+            )
 
     def _train_batch(self) -> None:
         state = self.state
@@ -353,18 +384,24 @@ class Trainer:
         for optimizer in state.optimizers:
             optimizer.zero_grad(set_to_none=True)
         self.engine.run_event(Event.BEFORE_TRAIN_BATCH)
+        step = state.timestamp.batch + 1
         if self._closure_optimizer is not None:  # e.g. SAM re-evaluates the loss: the batch runs in the closure
             batch = state.batch
             loss = self._closure_optimizer.step(closure=lambda: self._forward_backward(batch))
+            if not self._nonfinite.observe(loss, step):  # the update is done: it cannot be skipped any more
+                raise NonFiniteLossError(step, float(loss), " (a closure optimizer updated the weights already)")
         else:
             loss = self._forward_backward(state.batch)
-            for optimizer in state.optimizers:
+            if self._nonfinite.observe(loss, step):
+                for optimizer in state.optimizers:
+                    if state.scaler is not None:
+                        state.scaler.step(optimizer)
+                    else:
+                        optimizer.step()
                 if state.scaler is not None:
-                    state.scaler.step(optimizer)
-                else:
-                    optimizer.step()
-        if state.scaler is not None:
-            state.scaler.update()
+                    state.scaler.update()
+            elif self.logger.destinations:
+                self.logger.log_metrics({"trainer/nonfinite_skips": self._nonfinite.skipped})
         state.timestamp = state.timestamp.to_next_batch(num_samples, num_tokens, time.perf_counter() - started)
         for scheduler, every_batch in self._schedulers:
             if every_batch:
@@ -474,12 +511,15 @@ class Trainer:
     def _evaluate(self) -> dict[str, float]:
         state, engine = self.state, self.engine
         assert self._eval_plan is not None
+        self._nonfinite.check()  # never evaluate (or log) weights trained on a NaN loss
         was_training = state.model.training
         state.model.eval()
         for metric in state.eval_metrics.values():
             metric.reset()
         engine.run_event(Event.EVAL_START)
+        evaluated = 0
         for batch in self._eval_plan.epoch(0):
+            evaluated += 1
             state.batch = batch_to_device(batch, state.device)
             engine.run_event(Event.EVAL_BATCH_START)
             engine.run_event(Event.EVAL_BEFORE_FORWARD)
@@ -489,6 +529,11 @@ class Trainer:
             for metric in state.eval_metrics.values():
                 state.model.update_metric(state.batch, state.outputs, metric)
             engine.run_event(Event.EVAL_BATCH_END)
+        if not evaluated:
+            raise ValueError(
+                "eval_dataloader yielded no batches, so there is nothing to evaluate (metrics would read 0 or NaN); "
+                "check its dataset and drop_last, or leave eval_dataloader out"
+            )
         results = {name: float(metric.compute()) for name, metric in state.eval_metrics.items()}
         self.logger.log_metrics({f"metrics/eval/{name}": value for name, value in results.items()})
         engine.run_event(Event.EVAL_END)
@@ -505,12 +550,14 @@ class Trainer:
 
     def _save(self) -> Path | None:
         state = self.state
-        rng = dist.all_gather_object(ckpt.capture_rng())
+        self._nonfinite.check()  # never checkpoint weights trained on a NaN loss
+        rng = dist.all_gather_object(snapshot.capture_rng())
         self._last_save = self._position()
         if state.rank != 0:
             return None
         assert self.save_folder is not None
-        payload = ckpt.run_payload(state, rng, [s.state_dict() for s in state.schedulers])
+        trainer_state = {"nonfinite": self._nonfinite.state_dict()}
+        payload = snapshot.run_payload(state, rng, [s.state_dict() for s in state.schedulers], trainer_state)
         name = f"ep{state.timestamp.epoch}-ba{state.timestamp.batch}.pt"
         path = ckpt.save_checkpoint(payload, self.save_folder, name)
         if self.save_num_checkpoints_to_keep > 0:
@@ -519,6 +566,8 @@ class Trainer:
         return path
 
     def close(self) -> None:
-        """Flush the loggers and let callbacks release resources (progress bars, tracking runs)."""
+        """End the run: the loggers record it FINISHED (unless it failed already), then callbacks release
+        what they hold (progress bars). Idempotent."""
         self.logger.flush()
+        self._finish("FINISHED")
         self.engine.close()

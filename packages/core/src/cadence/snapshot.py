@@ -1,0 +1,183 @@
+"""What a checkpoint holds: everything needed to continue a run exactly, and restoring it strictly.
+
+`run_payload` gathers the model, optimizers, schedulers, grad scaler, timestamp, every method's
+and callback's ``state_dict``, metric states and the RNG states of every rank. `restore_run`
+loads it into a `State` and raises `CheckpointMismatchError` (naming the part and the fix) when
+the checkpoint does not fit this run: another model shape, another optimizer, other schedulers.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cadence.checkpoint import CheckpointError
+from cadence.state import State
+from cadence.time import Timestamp
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointMismatchError",
+    "capture_rng",
+    "restore_rng",
+    "restore_run",
+    "run_payload",
+]
+
+FORMAT_VERSION = 1
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint that loads but does not fit this run (model, optimizers, schedulers)."""
+
+
+def capture_rng() -> dict[str, Any]:
+    """The state of every global random number generator of this process."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+    except ImportError:  # numpy is optional
+        pass
+    else:
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _metric_states(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: {"state": dict(metric.metric_state), "update_count": metric._update_count}
+        for name, metric in metrics.items()
+    }
+
+
+def _restore_metric_states(metrics: dict[str, Any], saved: dict[str, Any]) -> None:
+    for name, metric in metrics.items():
+        if name in saved:
+            for key, value in saved[name]["state"].items():
+                setattr(metric, key, value.to(metric.device) if isinstance(value, torch.Tensor) else value)
+            metric._update_count = saved[name]["update_count"]
+
+
+def _named_states(objects: list[Any]) -> list[list[Any]]:
+    return [[type(obj).__qualname__, obj.state_dict()] for obj in objects]
+
+
+def _restore_named_states(objects: list[Any], saved: list[list[Any]], kind: str) -> None:
+    waiting: dict[str, list[Any]] = {}
+    for obj in objects:
+        waiting.setdefault(type(obj).__qualname__, []).append(obj)
+    for name, state in saved:
+        if waiting.get(name):
+            waiting[name].pop(0).load_state_dict(state)
+        elif state:
+            warnings.warn(
+                f"the checkpoint holds state for {kind} {name}, which this run does not use; ignored", stacklevel=3
+            )
+
+
+def run_payload(
+    state: State, rng_by_rank: list[dict[str, Any]], scheduler_states: list[Any], trainer: dict[str, Any]
+) -> dict[str, Any]:
+    """Everything needed to continue `state` exactly where it is (`trainer`: the loop's own counters)."""
+    return {
+        "format": FORMAT_VERSION,
+        "run_name": state.run_name,
+        "rank_zero_seed": state.rank_zero_seed,
+        "timestamp": state.timestamp.state_dict(),
+        "model": state.model.state_dict(),
+        "optimizers": [opt.state_dict() for opt in state.optimizers],
+        "optimizer_types": [type(opt).__qualname__ for opt in state.optimizers],
+        "schedulers": scheduler_states,
+        "scaler": state.scaler.state_dict() if state.scaler is not None else None,
+        "algorithms": _named_states(state.algorithms),
+        "callbacks": _named_states(state.callbacks),
+        "train_metrics": _metric_states(state.train_metrics),
+        "trainer": trainer,
+        "rng": rng_by_rank,
+    }
+
+
+def restore_run(state: State, payload: dict[str, Any], schedulers: list[Any], path: str | Path) -> dict[str, Any]:
+    """Load `payload` (read from `path`) into `state`, strictly.
+
+    Returns ``{"rng": this rank's RNG states or None, "trainer": the loop's counters}``; the
+    caller restores the RNG last.
+    """
+    if payload.get("format") != FORMAT_VERSION:
+        raise CheckpointError(
+            path, f"format {payload.get('format')!r} is not {FORMAT_VERSION}: an incompatible cadence version wrote it"
+        )
+    try:
+        state.model.load_state_dict(payload["model"], strict=True)
+    except RuntimeError as error:  # size mismatch, missing or unexpected keys
+        raise CheckpointMismatchError(
+            path,
+            f"its model weights do not fit this model ({type(state.model).__name__}): {error}. Build the same "
+            "model (and list the same surgery methods) as the run that wrote it",
+        ) from None
+    _restore_optimizers(state, payload, path)
+    if len(payload["schedulers"]) != len(schedulers):
+        raise CheckpointMismatchError(
+            path,
+            f"it has {len(payload['schedulers'])} scheduler(s) and this run {len(schedulers)}; "
+            "pass the same schedulers as the run that wrote it",
+        )
+    for scheduler, saved in zip(schedulers, payload["schedulers"]):
+        scheduler.load_state_dict(saved)
+    if state.scaler is not None and payload["scaler"] is not None:
+        state.scaler.load_state_dict(payload["scaler"])
+    state.timestamp = Timestamp.from_state_dict(payload["timestamp"])
+    state.rank_zero_seed = payload["rank_zero_seed"]
+    state.run_name = payload["run_name"]
+    _restore_named_states(state.algorithms, payload["algorithms"], "method")
+    _restore_named_states(state.callbacks, payload["callbacks"], "callback")
+    _restore_metric_states(state.train_metrics, payload["train_metrics"])
+    rng = payload["rng"]
+    return {"rng": rng[state.rank] if state.rank < len(rng) else None, "trainer": payload.get("trainer", {})}
+
+
+def _restore_optimizers(state: State, payload: dict[str, Any], path: str | Path) -> None:
+    saved_states = payload["optimizers"]
+    if len(saved_states) != len(state.optimizers):
+        raise CheckpointMismatchError(
+            path,
+            f"it has {len(saved_states)} optimizer(s) and this run {len(state.optimizers)}; "
+            "pass the same optimizers as the run that wrote it",
+        )
+    saved_types = payload.get("optimizer_types", [None] * len(saved_states))
+    for index, (optimizer, saved, saved_type) in enumerate(zip(state.optimizers, saved_states, saved_types)):
+        ours = type(optimizer).__qualname__
+        if saved_type is not None and saved_type != ours:
+            raise CheckpointMismatchError(
+                path,
+                f"optimizer {index} of the checkpoint is {saved_type} and this run's is {ours}; pass a {saved_type} "
+                "as the run that wrote it did (its state, such as momentum, means nothing to another optimizer)",
+            )
+        try:
+            optimizer.load_state_dict(saved)
+        except (KeyError, ValueError, RuntimeError) as error:
+            raise CheckpointMismatchError(
+                path,
+                f"the state of optimizer {index} ({saved_type or 'unknown type'}) does not fit this run's {ours} "
+                f"({type(error).__name__}: {error}); build it over the same parameters as the run that wrote it",
+            ) from None

@@ -1,0 +1,53 @@
+"""SIGTERM as an exception, so that the trainer can record a terminated run as KILLED.
+
+Schedulers, ``torchrun`` and ``kill`` stop a process with SIGTERM; by default Python dies at once
+and nothing records how the run ended. While `sigterm_raises` is active, SIGTERM raises
+`RunTerminated` in the main thread instead: the trainer's handler finishes the loggers with
+KILLED, and the exception then ends the process with the exit code a SIGTERM death reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+__all__ = ["RunTerminated", "sigterm_raises"]
+
+
+class RunTerminated(SystemExit):
+    """The process received SIGTERM. Uncaught, it exits quietly with code 143 (128 + SIGTERM)."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    def __str__(self) -> str:
+        return f"terminated by signal {signal.Signals(self.signum).name}"
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    del frame
+    raise RunTerminated(signum)
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises `RunTerminated` in the main thread.
+
+    Does nothing outside the main thread (Python delivers signals there only) or when the
+    program already handles SIGTERM itself: its own handler is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
