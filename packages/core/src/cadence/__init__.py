@@ -5,7 +5,7 @@ Methods live in their own packages (``pip install cadence-mixup``) and appear un
 `cadence.algorithms` and `cadence.functional` once installed.
 """
 
-from cadence.algorithm import Algorithm, Effects, Resource
+from cadence.algorithm import Algorithm, Effects, NotApplicableError, Resource
 from cadence.callback import Callback
 from cadence.engine import Engine, MethodConflictError, MethodError
 from cadence.event import Event
@@ -40,6 +40,7 @@ __all__ = [
     "MethodConflictError",
     "MethodError",
     "Model",
+    "NotApplicableError",
     "Precision",
     "Resource",
     "State",
