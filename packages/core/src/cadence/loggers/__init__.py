@@ -20,8 +20,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "MLFlowLogger":  # imported lazily: mlflow is an optional dependency
-        from cadence.loggers.mlflow import MLFlowLogger
-
+    if name == "MLFlowLogger":  # from the separate package cadence-mlflow, imported lazily (it needs mlflow)
+        try:
+            from cadence_mlflow import MLFlowLogger
+        except ModuleNotFoundError as err:
+            if err.name != "cadence_mlflow":
+                raise
+            raise ImportError(
+                "MLFlowLogger lives in the package cadence-mlflow, which is not installed: "
+                "pip install 'cadence[mlflow]' (or pip install cadence-mlflow)",
+                name=__name__,
+            ) from err
         return MLFlowLogger
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,7 +36,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.proto_json_utils import message_to_json  # noqa: E402
 
 import cadence  # noqa: E402
-from cadence.loggers.mlflow import (  # noqa: E402
+from cadence_mlflow import (  # noqa: E402
     IMPORT_COMMAND,
     TAG_TARGET_RUN,
     MLFlowLogger,
@@ -48,7 +48,7 @@ from cadence.loggers.mlflow import (  # noqa: E402
     sanitize_name,
     stable_str,
 )
-from cadence.loggers.mlflow.spill import main as _main  # noqa: E402
+from cadence_mlflow.importer import main as _main  # noqa: E402
 
 FAST = {"flush_interval_s": 0.05, "max_backoff_s": 0.5}
 
@@ -298,6 +298,7 @@ def test_trainer_run_lands_in_mlflow(sqlite_uri: str, tmp_path: Path) -> None:
     )
     trainer.fit()
     trainer.close()
+    tracking.finish("FINISHED")  # what the trainer calls once per run (trainer.close() will, once it owns the end)
 
     client = MlflowClient(sqlite_uri)
     run = client.get_run(tracking.run_id)
@@ -332,7 +333,7 @@ def test_resume_attaches_to_the_run_and_keeps_steps_unique(sqlite_uri: str, tmp_
         second.log_hyperparameters({"lr": 0.2})
     for step in range(6, 16):  # resumed from the checkpoint of step 5: steps 6-10 come again
         second.log_metrics({"loss": 100.0 + step}, step)
-    second.close(None, None)  # type: ignore[arg-type]  (the Callback hook finishes the run)
+    second.finish("FINISHED")  # what the trainer calls once per run (the Callback hook `close` no longer does)
     run = client.get_run(first.run_id)
     assert run.info.status == "FINISHED" and run.data.params == {"seed": "3", "lr": "0.1"}
     assert run.data.tags["cadence.segments"] == "2"
@@ -374,6 +375,7 @@ def test_trainer_crash_and_autoresume_continue_the_same_run(sqlite_uri: str, tmp
     trainer = make_trainer(second, [])
     trainer.fit()  # batches 7-12; 7-9 were logged before the crash
     trainer.close()
+    second.finish("FINISHED")  # what the trainer calls once per run (trainer.close() will, once it owns the end)
     client = MlflowClient(sqlite_uri)
     run = client.get_run(first.run_id)
     assert second.run_id == first.run_id and run.info.status == "FINISHED"

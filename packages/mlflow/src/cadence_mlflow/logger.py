@@ -1,4 +1,4 @@
-"""`MLFlowLogger`: the facade over the collector, the sender and the spill store; see the package docstring."""
+"""`MLFlowLogger`: the facade that opens the run, takes the caller's calls and ends the run (see the package)."""
 
 from __future__ import annotations
 
@@ -13,41 +13,22 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from cadence.loggers import LoggerDestination, failure_kind
+from cadence.loggers import STATUSES, LoggerDestination, failure_kind
+from cadence_mlflow.collector import Collector
+from cadence_mlflow.names import PARAMS_ARTIFACT, TAG_PARAMS_HASH, Notices, ParamsAndTags
+from cadence_mlflow.outbox import Outbox
+from cadence_mlflow.sender import Sender
+from cadence_mlflow.spill import SPILL_DB, Remainder, SpillStore, SpoolFiles
+from cadence_mlflow.tracking import Artifact, Opened, Run, Unreachable, open_run, short, sqlite_uri
 
 if TYPE_CHECKING:
-    from cadence.loggers.logger import Logger
-    from cadence.state import State
-from cadence.loggers.mlflow.collector import Collector
-from cadence.loggers.mlflow.connect import open_run
-from cadence.loggers.mlflow.limits import MAX_METRICS_PER_REQUEST, STATUSES
-from cadence.loggers.mlflow.record import RunRecord
-from cadence.loggers.mlflow.sender import Sender
-from cadence.loggers.mlflow.spill import _Artifact
-from cadence.loggers.mlflow.spill_writer import SpillWriter
-from cadence.loggers.mlflow.state import Notices, RunTarget, Shared
-from cadence.loggers.mlflow.store import _sqlite_uri
+    from cadence import Logger, State
 
-_T = TypeVar("_T")
-
-
-class _OnRun(Generic[_T]):
-    """An attribute of the logger kept on its `RunTarget`, where the collector, sender and spill read it."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    def __get__(self, logger: Any, owner: type | None = None) -> Any:
-        return self if logger is None else getattr(logger._run, self._name)
-
-    def __set__(self, logger: Any, value: _T) -> None:
-        setattr(logger._run, self._name, value)
+_STATS = ("requests", "failed_requests", "delivered_points", "dropped_points", "spooled_points", "spilled_points")
 
 
 class MLFlowLogger(LoggerDestination):
@@ -68,21 +49,9 @@ class MLFlowLogger(LoggerDestination):
         max_buffered_points: points kept in memory; beyond that the oldest are spooled to disk.
 
     Only the process with ``RANK`` 0 (or without ``RANK``) creates a run; on other ranks the
-    logger does nothing and ``run_id`` is None.
+    logger does nothing and ``run_id`` is None. The `Trainer` ends the run by calling `finish`
+    once; without a trainer, whoever drives the logger calls it (else it runs at exit).
     """
-
-    experiment_name = _OnRun[str]()
-    run_name = _OnRun[str | None]()
-    tracking_uri = _OnRun[str]()
-    spill_dir = _OnRun[Path]()
-    flush_interval_s = _OnRun[float]()
-    finish_timeout_s = _OnRun[float]()
-    max_backoff_s = _OnRun[float]()
-    max_buffered_points = _OnRun[int]()
-    offline = _OnRun[bool]()
-    run_id = _OnRun[str | None]()
-    experiment_id = _OnRun[str | None]()
-    stats = _OnRun[dict[str, int]]()
 
     def __init__(
         self,
@@ -100,7 +69,7 @@ class MLFlowLogger(LoggerDestination):
         max_buffered_points: int = 200_000,
     ):
         try:
-            import mlflow  # noqa: F401  (imported here so that `import cadence` never imports mlflow)
+            import mlflow  # noqa: F401  (imported here so that importing the package never imports mlflow)
         except ImportError as err:
             raise ImportError("MLFlowLogger needs mlflow: pip install mlflow") from err
         for name, value in (
@@ -113,59 +82,96 @@ class MLFlowLogger(LoggerDestination):
                 raise ValueError(f"{name}={value!r} must be a number > 0")
         if not isinstance(max_buffered_points, int) or max_buffered_points < 100:
             raise ValueError(f"max_buffered_points={max_buffered_points!r} must be an int >= 100")
-
-        self._run = RunTarget(
-            experiment_name,
-            run_name,
-            tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or _sqlite_uri(Path("mlflow.db")),
-            Path(spill_dir if spill_dir is not None else "mlflow-spill").resolve(),
-            float(flush_interval_s),
-            float(finish_timeout_s),
-            float(max_backoff_s),
-            max_buffered_points,
-        )
-        # Caller-side state: only the caller's thread touches it
+        self.experiment_name, self.run_name = experiment_name, run_name
+        self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(Path("mlflow.db"))
+        self.spill_dir = Path(spill_dir if spill_dir is not None else "mlflow-spill").resolve()
+        self.flush_interval_s, self.finish_timeout_s = float(flush_interval_s), float(finish_timeout_s)
+        self.max_backoff_s, self.max_buffered_points = float(max_backoff_s), max_buffered_points
+        self._run: Run | None = None
         self._finished = False
         self._finish_lock = threading.Lock()
         self._named = False
         self._attached = run_id is not None
         self._notices = Notices()
-        self._record = RunRecord(self._notices)
+        self._record = ParamsAndTags(self._notices.warn_once)
         self._inert = os.environ.get("RANK", "0").strip() not in ("", "0")
         if self._inert:
             return
 
-        self._shared = Shared()
-        self._staging = Path(tempfile.mkdtemp(prefix="cadence-mlflow-"))  # copies of artifacts, params.json
+        self._staging = Path(tempfile.mkdtemp(prefix="cadence-mlflow-"))  # copies of artifacts
         self._staged = 0
-        self._spill = SpillWriter(self._run, self._shared, self._notices, self._record, self._staging)
-        self._collector = Collector(self._run, self._shared, self._notices, self._attached, self._spill.prepare)
-        self._sender = Sender(self._run, self._shared, self._notices, self._record, self._staging, self._spill.prepare)
+        self._spill = SpillStore(self.spill_dir, self.tracking_uri, experiment_name, run_name, self._staging,
+                                 self._notices.defer)  # fmt: skip
         user_tags = self._record.add_tags(tags or {})
         try:
-            connection = open_run(self._run, run_id, user_tags, connect_timeout_s, self._spill, self._notices)
+            opened = self._open(run_id, user_tags, connect_timeout_s)
         except BaseException:
             shutil.rmtree(self._staging, ignore_errors=True)
             raise
-        if connection is not None:  # on the server (a resumed run continues where it stopped)
-            self._collector.last_step.update(connection.latest_steps)
-            self._record.params.update(connection.params)
+        run = self._run
+        assert run is not None
+        meta = {"tracking_uri": self.tracking_uri, "run_id": run.run_id, "experiment_name": experiment_name,
+                "offline": run.offline}  # fmt: skip
+        self._spool = SpoolFiles(self.spill_dir / "spool" / run.run_id, meta)
+        self._outbox = Outbox(self._spool, self._notices.defer, tracking_uri=self.tracking_uri,
+                              flush_interval_s=self.flush_interval_s, max_buffered_points=max_buffered_points,
+                              max_backoff_s=self.max_backoff_s)  # fmt: skip
+        self._collector = Collector(self._outbox, self._notices.defer, resumed=self._attached,
+                                    interval_s=max(0.01, min(self.flush_interval_s / 2, 0.5)),
+                                    last_steps=opened.latest_steps if opened else {},
+                                    on_outage=self._spill.prepare)  # fmt: skip
+        self._sender = Sender(self._outbox, run, self._notices.defer, tracking_uri=self.tracking_uri,
+                              spill_uri=self._spill.uri, on_outage=self._spill.prepare)  # fmt: skip
+        if opened is not None:  # on the server (a resumed run continues where it stopped)
+            self._record.params.update(opened.params)
             if run_id is not None:  # mark the new segment of a resumed run, and send the tags it was given
-                segment = int(connection.tags.get("cadence.segments", "1") or 1) + 1
-                self.set_tags(
-                    {"cadence.segments": segment, f"cadence.segment.{segment}.start_ms": int(time.time() * 1000)}
-                )
-                with self._shared.lock:  # already sanitised: not through set_tags again
-                    self._shared.pending_tags.update(user_tags)
-
+                segment = int(opened.tags.get("cadence.segments", "1") or 1) + 1
+                self.set_tags({"cadence.segments": segment, f"cadence.segment.{segment}.start_ms": _now_ms()})
+                self._outbox.add_tags(user_tags)  # already sanitised: not through set_tags again
         self._collector.start()
         self._sender.start()
         self._atexit = functools.partial(_finish_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
 
+    def _open(self, run_id: str | None, tags: dict[str, str], timeout_s: float) -> Opened | None:
+        """Open the run on the tracking server (None: offline, in the spill store, when the server is unreachable)."""
+        try:
+            opened = open_run(self.tracking_uri, self.experiment_name, self.run_name, run_id, tags, timeout_s)
+        except Unreachable as err:
+            self._run = self._spill.open_offline(run_id, tags, err.cause)
+            self._notices.warn(
+                f"MLflow tracking at {self.tracking_uri} could not be reached ({short(err.cause)}); this run is "
+                f"logged offline to the local MLflow store {self._spill.uri} (run {self._run.run_id}). Import it "
+                f"when the server is reachable with:\n    {self._spill.import_hint}"
+            )
+            return None
+        self._run = opened.run
+        return opened
+
+    @property
+    def run_id(self) -> str | None:
+        return None if self._run is None else self._run.run_id
+
+    @property
+    def experiment_id(self) -> str | None:
+        return None if self._run is None else self._run.experiment_id
+
+    @property
+    def offline(self) -> bool:
+        """The run lives in the local spill store (the server was unreachable at start)."""
+        return self._run is not None and self._run.offline
+
     @property
     def spill_uri(self) -> str:
-        return self._run.spill_uri
+        return sqlite_uri(self.spill_dir / SPILL_DB)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters for monitoring and tests: requests, failed requests; delivered, dropped, spooled, spilled points."""
+        parts = (
+            () if self._inert else (self._outbox.stats, self._collector.stats, self._sender.stats, self._spill.stats)
+        )
+        return {key: sum(part.get(key, 0) for part in parts) for key in _STATS}
 
     # Logging API (caller's thread) --------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
@@ -176,15 +182,8 @@ class MLFlowLogger(LoggerDestination):
                     "finished", "", f"MLFlowLogger of run {self.run_id} is finished; metrics are ignored"
                 )
             return
-        timestamp = int(time.time() * 1000)
-        inbox = self._shared.inbox
-        append = inbox.append
-        for key, value in metrics.items():
-            append((key, value.detach() if isinstance(value, torch.Tensor) else value, step, timestamp))
-        if len(inbox) >= MAX_METRICS_PER_REQUEST:
-            self._shared.collect_wake.set()
-        if self._notices.deferred:
-            self._notices.emit()
+        self._outbox.put_metrics(metrics, step)
+        self._notices.emit()
 
     def log_hyperparameters(self, params: Mapping[str, Any]) -> None:
         """Log params: nested mappings flattened to ``a/b`` keys, values as stable strings.
@@ -197,21 +196,19 @@ class MLFlowLogger(LoggerDestination):
         if self._inert or self._finished:
             return
         new, changed = self._record.add_params(params, self.run_id)
-        with self._shared.lock:
-            self._record.all_params.update(changed)
-            self._shared.pending_params.update(new)
-            self._shared.params_json_dirty = self._shared.params_json_dirty or bool(changed)
-        self._shared.send_wake.set()
+        self._outbox.add_params(new)
+        if changed:  # the full values, as an artifact whose hash is a tag
+            params_json = self._stage_params_json()
+            self._outbox.add_tags({TAG_PARAMS_HASH: self._record.tags[TAG_PARAMS_HASH]})
+            if params_json is not None:
+                self._outbox.add_artifact(params_json)
         self._notices.emit()
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set tags of the run (values as stable strings, cut to 5000 characters)."""
         if self._inert or self._finished:
             return
-        new = self._record.add_tags(tags)
-        with self._shared.lock:
-            self._shared.pending_tags.update(new)
-        self._shared.send_wake.set()
+        self._outbox.add_tags(self._record.add_tags(tags))
 
     def log_artifact(self, path: str | Path, name: str | None = None) -> None:
         """Upload a file or folder as ``name`` (a path inside the run's artifacts; default: its own name).
@@ -222,22 +219,27 @@ class MLFlowLogger(LoggerDestination):
         if self._inert or self._finished:
             return
         source = Path(path)
-        target = (name or source.name).replace("\\", "/").strip("/")
-        artifact_dir, _, base = target.rpartition("/")
+        copy = shutil.copytree if source.is_dir() else shutil.copy2
+        artifact = self._stage(name or source.name, f"artifact {str(source)!r}", lambda staged: copy(source, staged))
+        if artifact is not None:
+            self._outbox.add_artifact(artifact)
+
+    def _stage(self, name: str, what: str, write: Callable[[Path], object]) -> Artifact | None:
+        """A copy of an artifact in the staging folder, written by `write` (None, with a warning, if that fails)."""
+        artifact_dir, _, base = name.replace("\\", "/").strip("/").rpartition("/")
         self._staged += 1
         staged = self._staging / f"{self._staged:05d}" / base
         try:
             staged.parent.mkdir(parents=True)
-            if source.is_dir():
-                shutil.copytree(source, staged)
-            else:
-                shutil.copy2(source, staged)
+            write(staged)
         except OSError as err:
-            self._notices.warn(f"artifact {str(source)!r} is not logged: {err}")
-            return
-        with self._shared.lock:
-            self._shared.artifacts.append(_Artifact(staged, artifact_dir or None))
-        self._shared.send_wake.set()
+            self._notices.warn(f"{what} is not logged: {err}")
+            return None
+        return Artifact(staged, artifact_dir or None)
+
+    def _stage_params_json(self) -> Artifact | None:
+        text = self._record.params_json()
+        return self._stage(PARAMS_ARTIFACT, "the params artifact", lambda staged: staged.write_text(text))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Deliver everything logged so far; True when all of it was delivered.
@@ -250,8 +252,20 @@ class MLFlowLogger(LoggerDestination):
             return True
         self._notices.emit()
         if self._finished:
-            return self._shared.terminated
-        return self._sender.flush(timeout_s)
+            return self._outbox.ended
+        outbox = self._outbox
+        if not outbox.start_waiting(patient=timeout_s is not None):
+            return False
+        try:
+            delivered = outbox.wait_delivered(
+                time.monotonic() + (self.finish_timeout_s if timeout_s is None else timeout_s)
+            )
+            if not delivered and outbox.struggling(slow_s=0.5):
+                self._spill.prepare()
+            return delivered
+        finally:
+            outbox.stop_waiting()
+            self._notices.emit()
 
     def finish(
         self, status: str = "FINISHED", error: BaseException | None = None, *, timeout_s: float | None = None
@@ -269,7 +283,8 @@ class MLFlowLogger(LoggerDestination):
         if self._inert:
             return
         if error is not None:
-            self.set_tags({"cadence.error": _error_message(error), "cadence.failure": failure_kind(error)})
+            message = "".join(traceback.format_exception_only(type(error), error)).strip()[-4000:]
+            self.set_tags({"cadence.error": message, "cadence.failure": failure_kind(error)})
         with self._finish_lock:
             if self._finished:
                 return
@@ -285,29 +300,37 @@ class MLFlowLogger(LoggerDestination):
 
     def _end_run(self, status: str, timeout_s: float) -> None:
         """Let the sender end the run; stop both threads; spill whatever was not confirmed by the deadline."""
-        deadline = time.monotonic() + timeout_s
-        end_ms = int(time.time() * 1000)
-        if self._shared.struggling(slow_s=0.5):
+        deadline, end_ms, outbox, run = time.monotonic() + timeout_s, _now_ms(), self._outbox, self._run
+        assert run is not None
+        if outbox.struggling(slow_s=0.5):
             self._spill.prepare()
-        delivered = self._sender.terminate(status, end_ms, deadline)
-        self._shared.close()
+        outbox.request_end(status, end_ms)
+        delivered = outbox.wait_ended(deadline)
+        outbox.close()
         self._collector.join(timeout=5.0)
         self._notices.emit()
-        if delivered and self._shared.terminated:
-            if self.offline:
+        if delivered and outbox.ended:
+            if run.offline:
                 self._notices.warn(
-                    f"MLflow run {self.run_id} was logged offline to {self.spill_uri}; import it into "
-                    f"{self.tracking_uri} with:\n    {self._run.import_hint}"
+                    f"MLflow run {run.run_id} was logged offline to {self._spill.uri}; import it into "
+                    f"{self.tracking_uri} with:\n    {self._spill.import_hint}"
                 )
             return
         self._collector.collect(lock_timeout_s=5.0)  # what the collector had not picked up yet
-        self._spill.spill(status, end_ms, timeout_s)
+        points, artifacts = outbox.take_undelivered()
+        reason = outbox.dead or outbox.last_error or f"no answer within the finish timeout of {timeout_s:g} s"
+        params_json = self._stage_params_json() if self._record.full_params else None
+        if params_json is not None:  # the latest params artifact goes with the rest, once
+            artifacts = [a for a in artifacts if a.target != params_json.target] + [params_json]
+        record = self._record
+        rest = Remainder(points, artifacts, dict(record.params), dict(record.tags), status, end_ms, reason)
+        self._notices.warn(self._spill.save(run, rest, self._spool))
         self._notices.emit()
 
     # Trainer callbacks and checkpoints ----------------------------------------------------------
     def close(self, state: State, logger: Logger) -> None:
-        if not self._finished:
-            self.finish("FINISHED")
+        """Nothing to release: the run stays open until `finish`, which the trainer calls once (its threads and
+        staging folder end with it)."""
 
     def state_dict(self) -> dict[str, Any]:
         """The run's identity, saved in checkpoints: read it back with `resume_run_id` to continue the run."""
@@ -330,11 +353,12 @@ class MLFlowLogger(LoggerDestination):
             self.set_tags({"mlflow.runName": state.run_name})
 
 
-def _error_message(error: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(error), error)).strip()[-4000:]
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _finish_at_exit(ref: weakref.ReferenceType[MLFlowLogger]) -> None:
+    """The last resort for a process that never reached the trainer's handler (a logger never finished)."""
     logger = ref()
     if logger is None or logger._finished:
         return
