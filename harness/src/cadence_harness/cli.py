@@ -9,14 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cadence_harness.recipe import (
-    RecipeError,
-    apply_overrides,
-    parse_recipe,
-    parse_value,
-    read_recipe_file,
-    resolve_recipe_path,
-)
+from cadence import NotApplicableError
+from cadence_harness.data import check_data_dir
+from cadence_harness.recipe import RecipeError, load_recipe, method_names, parse_value
 
 __all__ = ["main"]
 
@@ -57,30 +52,25 @@ def _command() -> str:
 
 
 # Subcommands -----------------------------------------------------------------------------
-def _recipe(args: argparse.Namespace, methods: list[str], grid: dict[str, Any] | None = None) -> Any:
-    """The recipe file (or the flags alone), with --set and flag overrides, every named method included."""
-    overrides = {**_overrides(args.set), **_flag_overrides(args)}
-    if getattr(args, "recipe", None):
-        path = resolve_recipe_path(args.recipe)
-        values, source = read_recipe_file(path), str(path)
-    else:
-        values, source = {"name": getattr(args, "experiment", None) or "cadence-bench-run"}, "command line"
-    values = apply_overrides(values, overrides)
-    if grid:
-        values["grid"] = {**values.get("grid", {}), **grid}
-    for name in methods:  # methods named on the command line run with the recipe's (or default) hyperparameters
-        values["methods"].setdefault(name, {})
-    return parse_recipe(values, source=source)
+def _load(args: argparse.Namespace, methods: tuple[str, ...] = (), grid: dict[str, Any] | None = None) -> Any:
+    """The validated recipe of a run or grid command: its file (or the flags alone), --set, the flags."""
+    return load_recipe(
+        getattr(args, "recipe", None),
+        {**_overrides(args.set), **_flag_overrides(args)},
+        methods=methods,
+        grid=grid,
+        name=getattr(args, "experiment", None) or "cadence-bench-run",
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from cadence_harness.run import execute
     from cadence_harness.runspec import TAG, RunSpec
 
-    methods = _methods(args.methods)
-    recipe = _recipe(args, methods)
+    arm = method_names(_methods(args.methods))
+    recipe = _load(args, arm)
     for seed in recipe.seeds:
-        spec = RunSpec(recipe, tuple(methods), seed)
+        spec = RunSpec(recipe, arm, seed)
         result = execute(
             spec,
             tracking_uri=args.tracking_uri,
@@ -102,12 +92,12 @@ def _grid_recipe(args: argparse.Namespace) -> Any:
         grid["arms"] = _methods(args.arms)
     if args.combination:
         grid["combinations"] = [c.split("+") for c in args.combination]
-    named = [*grid.get("methods", []), *(m for combo in grid.get("combinations", []) for m in combo)]
-    return _recipe(args, named, grid)
+    return _load(args, grid=grid)
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
     from cadence_harness.grid import expand, parse_shard, run_grid, select_shard
+    from cadence_harness.preflight import require_device
 
     recipe = _grid_recipe(args)
     shard = parse_shard(args.shard)
@@ -116,6 +106,10 @@ def cmd_grid(args: argparse.Namespace) -> int:
         for spec in specs:
             print(f"{spec.run_name:40s} {spec.config_hash}")
         print(f"{len(specs)} runs")
+        try:
+            require_device(recipe.device)
+        except RecipeError as error:
+            print(f"cadence-bench grid: warning: these runs would be refused on this machine: {error}", file=sys.stderr)
         return 0
     result = run_grid(
         recipe,
@@ -297,10 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; an input that cannot work is refused with one line on stderr and exit code 2."""
     args = build_parser().parse_args(argv)
     try:
+        check_data_dir(getattr(args, "data_dir", None))
         return args.func(args)
-    except RecipeError as error:
+    except (RecipeError, NotApplicableError) as error:  # refused before anything trained
         print(f"cadence-bench {args.command}: {error}", file=sys.stderr)
         return 2
     except FileNotFoundError as error:  # a dataset that is not there: the message lists where we looked

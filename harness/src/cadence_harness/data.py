@@ -15,17 +15,20 @@ import hashlib
 import io
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from cadence_harness.recipe import RecipeError, did_you_mean
 
 __all__ = [
     "DATASETS",
     "DataNotFoundError",
     "ImageData",
     "TextData",
+    "check_data_dir",
     "check_dataset",
     "load_dataset",
     "search_dirs",
@@ -78,6 +81,16 @@ class TextData:
 
 
 # Where files are ------------------------------------------------------------------------
+def check_data_dir(data_dir: str | Path | None) -> None:
+    """A `--data-dir` that is not a folder is refused (it would be skipped, and the data taken from elsewhere)."""
+    if data_dir is not None and not Path(data_dir).is_dir():
+        problem = "is a file, not a folder" if Path(data_dir).exists() else "does not exist"
+        raise RecipeError(
+            f"`--data-dir` {str(data_dir)!r} {problem}; pass the folder that holds the dataset files, or leave "
+            "--data-dir out to search $CADENCE_DATA and ../shared/data"
+        )
+
+
 def search_dirs(data_dir: str | Path | None = None) -> list[tuple[str, Path | None]]:
     """(label, folder) pairs in lookup order; a folder is None when its setting is absent."""
     env = os.environ.get("CADENCE_DATA")
@@ -278,28 +291,15 @@ DATASETS: dict[str, str] = {
 
 def check_dataset(name: str) -> None:
     if name not in DATASETS:
-        raise ValueError(f"`data` = {name!r}: unknown dataset; known: {', '.join(sorted(DATASETS))}")
+        hint = did_you_mean(name, DATASETS)
+        raise ValueError(f"`data` = {name!r}: unknown dataset; {hint}known: {', '.join(sorted(DATASETS))}")
 
 
 def _subset(data: ImageData | TextData, subset: int | None, eval_subset: int | None) -> ImageData | TextData:
     """Keep the first `subset` training and `eval_subset` test samples (the files are already shuffled)."""
-    if isinstance(data, ImageData):
-        return ImageData(
-            data.train_x[:subset],
-            data.train_y[:subset],
-            data.test_x[:eval_subset],
-            data.test_y[:eval_subset],
-            data.num_classes,
-            data.source,
-        )
-    return TextData(
-        data.train_text[:subset],
-        data.train_y[:subset],
-        data.test_text[:eval_subset],
-        data.test_y[:eval_subset],
-        data.num_classes,
-        data.source,
-    )
+    keep = {"train": slice(subset), "test": slice(eval_subset)}
+    splits = [f.name for f in fields(data) if f.name.startswith(("train_", "test_"))]
+    return replace(data, **{name: getattr(data, name)[keep[name.split("_")[0]]] for name in splits})
 
 
 def load_dataset(
@@ -312,6 +312,7 @@ def load_dataset(
 ) -> ImageData | TextData:
     """Load a dataset by name; `subset`/`eval_subset` keep the first N train/test samples."""
     check_dataset(name)
+    check_data_dir(data_dir)
     loaders: dict[str, Callable[[], ImageData | TextData]] = {
         "cifar10": lambda: load_cifar10(data_dir, subset, eval_subset, download),
         "fashion_mnist": lambda: load_fashion_mnist(data_dir, download),

@@ -16,7 +16,7 @@ from typing import Any
 from cadence.registry import registry
 from cadence_harness.data import DataNotFoundError, find_dataset_files
 from cadence_harness.grid import run_grid
-from cadence_harness.recipe import Recipe, parse_recipe
+from cadence_harness.recipe import Recipe, load_recipe
 from cadence_harness.report import build_report
 from cadence_harness.tracking import resolve_tracking_uri
 
@@ -60,7 +60,7 @@ def demo_recipe(data_dir: str | None = None) -> tuple[Recipe, str]:
         values = {**common, "name": "demo-digits", "data": "digits", "duration": "6ep", "target_accuracy": 0.9}
         note = "ResNet-20 on sklearn's 8x8 digits (CIFAR-10 was not found; pass --data-dir to use it)"
     chosen = ", ".join(methods) if methods else "none installed: the demo runs the baseline only"
-    return parse_recipe(values, source="cadence-bench demo"), f"{note}; methods: {chosen}"
+    return load_recipe(values, source="cadence-bench demo"), f"{note}; methods: {chosen}"
 
 
 def run_demo(

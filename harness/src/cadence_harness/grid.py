@@ -20,11 +20,14 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
+from cadence_harness.preflight import check_applicable, first_batch, require_device
 from cadence_harness.recipe import Recipe, RecipeError
 from cadence_harness.runspec import TAG, RunSpec, config_hash
 from cadence_harness.tracking import finished_config_hashes, mark_failed, resolve_tracking_uri
 
-__all__ = ["GridResult", "expand", "parse_shard", "run_grid", "select_shard"]
+__all__ = ["GridResult", "check_arms", "expand", "parse_shard", "run_grid", "select_shard"]
 
 OOM_EXIT_CODE = 3
 
@@ -53,6 +56,28 @@ def _arms(recipe: Recipe) -> list[tuple[str, ...]]:
 def expand(recipe: Recipe) -> list[RunSpec]:
     """Every run of the grid, seed-major: all arms of seed 0 first, so a partial grid is already comparable."""
     return [RunSpec(recipe, arm, seed) for seed in recipe.seeds for arm in _arms(recipe)]
+
+
+def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None, download: bool = False) -> None:
+    """Before any worker starts: every method of the runs' arms works on the model and batches they will see.
+
+    The recipe's model and data are built here, on the CPU, by the same functions as a worker's
+    (the batches have the same structure, dtype and keys; a missing dataset is found here too), and
+    each method is asked once, through the instance validation built.
+    """
+    from cadence_harness.run import build_data, build_model
+
+    arms: dict[str, list[str]] = {}
+    for spec in specs:
+        for name in spec.arm:
+            if spec.arm_name not in arms.setdefault(name, []):
+                arms[name].append(spec.arm_name)
+    if not arms:
+        return
+    seed, cpu = specs[0].seed, torch.device("cpu")
+    data = build_data(recipe, seed, cpu, data_dir, download)
+    model = build_model(recipe, data)
+    check_applicable(((name, recipe.algorithm(name)) for name in arms), model, first_batch(data.eval, cpu), arms)
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -175,6 +200,9 @@ def run_grid(
 ) -> GridResult:
     """Run the grid of `recipe` (this machine's shard of it); finished runs in MLflow are skipped.
 
+    Refused before any worker starts (`RecipeError`, `NotApplicableError`): ``device = "gpu"``
+    without CUDA, a method that cannot work on the model or the batches (see `check_arms`).
+
     `jobs` runs that many worker processes at once. Keep it at 1 when the timings matter:
     concurrent runs share the CPU (and GPU) and slow each other down.
     """
@@ -182,6 +210,7 @@ def run_grid(
         raise ValueError(f"jobs={jobs!r} must be an int >= 1")
     from tqdm.auto import tqdm
 
+    require_device(recipe.device)
     uri = resolve_tracking_uri(tracking_uri)
     specs = expand(recipe)
     tags = grid_tags(recipe, specs, command or shlex.join(["cadence-bench", *sys.argv[1:]]))
@@ -191,6 +220,7 @@ def run_grid(
     todo = []
     for spec in mine:
         (result.skipped if spec.config_hash in done else todo).append(spec)
+    check_arms(recipe, todo, data_dir, download)
     bar = tqdm(total=len(todo), desc=f"grid {recipe.name}", unit="run", disable=not progress, dynamic_ncols=True)
 
     def launch(spec: RunSpec) -> tuple[RunSpec, str | None, float]:

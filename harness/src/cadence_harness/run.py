@@ -4,7 +4,8 @@ Every run logs, through the core's batched `MLFlowLogger`: params (model, data, 
 with all its hyperparameters, seed, batch size, precision, device, versions, git sha), the
 per-step loss and per-evaluation metrics, ``time/*`` and ``final/*`` timings, throughput and
 peak memory, and the resolved configuration as an artifact. A failure marks the run FAILED
-(KILLED on Ctrl-C) with the error in the ``cadence.error`` tag, then propagates.
+(KILLED on Ctrl-C or SIGTERM) with the error in the ``cadence.error`` tag, then propagates;
+the Trainer records that, as it records FINISHED when it is closed.
 """
 
 from __future__ import annotations
@@ -19,14 +20,27 @@ from typing import Any
 import torch
 
 import cadence
+from cadence import Algorithm
+from cadence.termination import RunTerminated
 from cadence_harness import data as datasets
 from cadence_harness import loaders
-from cadence_harness.models import build_image_model, build_text_model, tokenize
+from cadence_harness.models import build_image_model, build_text_model, build_tokenizer, tokenize
+from cadence_harness.preflight import check_applicable, first_batch, require_device
 from cadence_harness.recipe import OPTIMIZERS, SCHEDULES, Recipe, build_algorithm
 from cadence_harness.runspec import RunSpec
 from cadence_harness.timing import RunTimer
 
-__all__ = ["RunResult", "environment", "execute", "git_sha"]
+__all__ = [
+    "RunData",
+    "RunResult",
+    "build_algorithms",
+    "build_data",
+    "build_model",
+    "environment",
+    "execute",
+    "git_sha",
+    "params_of",
+]
 
 ACCURACY = "MulticlassAccuracy"
 
@@ -110,8 +124,9 @@ def _driver_version() -> str:
         return "unknown"
 
 
-def params_of(spec: RunSpec) -> dict[str, Any]:
-    """Flat params: every setting of the recipe and every method hyperparameter, as stable strings."""
+def params_of(spec: RunSpec, algorithms: list[Algorithm]) -> dict[str, Any]:
+    """Flat params: every setting of the recipe and every method (the run's own instances, in arm order)
+    with its hyperparameters, as stable strings."""
     params: dict[str, Any] = {}
     for key, value in spec.group_config().items():
         if key == "methods":
@@ -121,8 +136,7 @@ def params_of(spec: RunSpec) -> dict[str, Any]:
         else:
             params[key] = value
     params["methods"] = spec.arm_name
-    for name, kwargs in spec.method_kwargs():
-        algorithm = build_algorithm(name, kwargs)
+    for (name, kwargs), algorithm in zip(spec.method_kwargs(), algorithms, strict=True):
         params[f"method.{name}"] = repr(algorithm)
         params.update({f"method.{name}.{k}": v for k, v in kwargs.items()})
     params["recipe"] = spec.recipe.name
@@ -131,59 +145,35 @@ def params_of(spec: RunSpec) -> dict[str, Any]:
 
 
 # Building the run -----------------------------------------------------------------------
-def _device(recipe: Recipe) -> torch.device:
-    if recipe.device == "gpu":
-        if not torch.cuda.is_available():
-            raise RuntimeError("the recipe says device = 'gpu' but CUDA is not available; use --device cpu")
-        return torch.device("cuda")
-    return torch.device("cpu")
+@dataclass
+class RunData:
+    """What a run trains and evaluates on: the two loaders, the dataset behind them, where it came from,
+    and for text the tokenizer the model must share."""
+
+    train: Any
+    eval: Any
+    dataset: datasets.ImageData | datasets.TextData
+    source: str
+    tokenizer: Any = None
 
 
-def build_loaders(
-    recipe: Recipe, seed: int, device: torch.device, data_dir: str | None, download: bool
-) -> tuple[Any, Any, Any, str]:
-    """(model, train loader, eval loader, data source) for a recipe."""
+def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | None, download: bool) -> RunData:
+    """The recipe's dataset and its loaders: image batches ``(images, labels)``, text batches dicts."""
     dataset = datasets.load_dataset(
         recipe.data, data_dir=data_dir, subset=recipe.subset, eval_subset=recipe.eval_subset, download=download
     )
     eval_batch_size = recipe.eval_batch_size or max(recipe.batch_size, 256)
     if isinstance(dataset, datasets.TextData):
-        model, tokenizer = build_text_model(
-            recipe.model,
-            num_labels=dataset.num_classes,
-            train_texts=dataset.train_text,
-            max_length=recipe.max_length,
-            **recipe.model_kwargs,
-        )
-        loaders_ = []
-        for texts, labels, train in (
-            (dataset.train_text, dataset.train_y, True),
-            (dataset.test_text, dataset.test_y, False),
-        ):
-            encoded = tokenize(tokenizer, texts, recipe.max_length)
-            keys = (*encoded, "labels")
-            tensors = tuple(t.to(device) for t in (*encoded.values(), labels))
-            loaders_.append(
-                loaders.TensorLoader(
-                    tensors,
-                    batch_size=recipe.batch_size if train else eval_batch_size,
-                    shuffle=train,
-                    drop_last=train,
-                    seed=seed,
-                    keys=keys,
-                    lengths=encoded["attention_mask"].sum(1),
-                )
+        vocab_size = recipe.model_kwargs.get("vocab_size", 8192)  # a setting of the tokenizer trained here
+        tokenizer = build_tokenizer(recipe.model, dataset.train_text, vocab_size)
+        train, evaluate = (
+            _text_loader(tokenizer, texts, labels, recipe, device, seed, batch_size, train)
+            for texts, labels, batch_size, train in (
+                (dataset.train_text, dataset.train_y, recipe.batch_size, True),
+                (dataset.test_text, dataset.test_y, eval_batch_size, False),
             )
-        return model, loaders_[0], loaders_[1], dataset.source
-    mean, std = dataset.channel_stats()
-    model = build_image_model(
-        recipe.model,
-        num_classes=dataset.num_classes,
-        in_channels=dataset.channels,
-        mean=mean,
-        std=std,
-        **recipe.model_kwargs,
-    )
+        )
+        return RunData(train, evaluate, dataset, dataset.source, tokenizer)
     if recipe.loader == "dataloader":
         train = loaders.image_dataloader(
             dataset.train_x,
@@ -196,7 +186,7 @@ def build_loaders(
         evaluate = loaders.image_dataloader(
             dataset.test_x, dataset.test_y, batch_size=eval_batch_size, train=False, augment="none", num_workers=0
         )
-        return model, train, evaluate, dataset.source
+        return RunData(train, evaluate, dataset, dataset.source)
     augment = loaders.make_augment(recipe.augment, int(dataset.train_x.shape[-1]))
     common = {"seed": seed, "channels_last": recipe.channels_last}
     train = loaders.TensorLoader(
@@ -210,7 +200,63 @@ def build_loaders(
     evaluate = loaders.TensorLoader(
         (dataset.test_x.to(device), dataset.test_y.to(device)), batch_size=eval_batch_size, shuffle=False, **common
     )
-    return model, train, evaluate, dataset.source
+    return RunData(train, evaluate, dataset, dataset.source)
+
+
+def _text_loader(
+    tokenizer: Any,
+    texts: list[str],
+    labels: torch.Tensor,
+    recipe: Recipe,
+    device: torch.device,
+    seed: int,
+    batch_size: int,
+    train: bool,
+) -> loaders.TensorLoader:
+    encoded = tokenize(tokenizer, texts, recipe.max_length)
+    return loaders.TensorLoader(
+        tuple(t.to(device) for t in (*encoded.values(), labels)),
+        batch_size=batch_size,
+        shuffle=train,
+        drop_last=train,
+        seed=seed,
+        keys=(*encoded, "labels"),
+        lengths=encoded["attention_mask"].sum(1),
+    )
+
+
+def build_model(recipe: Recipe, data: RunData) -> Any:
+    """The recipe's model, shaped for `data` (classes, channels and statistics of images; the tokenizer of text)."""
+    dataset = data.dataset
+    if isinstance(dataset, datasets.TextData):
+        kwargs = {k: v for k, v in recipe.model_kwargs.items() if k != "vocab_size"}
+        model = build_text_model(
+            recipe.model,
+            tokenizer=data.tokenizer,
+            num_labels=dataset.num_classes,
+            max_length=recipe.max_length,
+            **kwargs,
+        )
+    else:
+        mean, std = dataset.channel_stats()
+        model = build_image_model(
+            recipe.model,
+            num_classes=dataset.num_classes,
+            in_channels=dataset.channels,
+            mean=mean,
+            std=std,
+            **recipe.model_kwargs,
+        )
+    if recipe.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if recipe.compile:
+        model.compile()
+    return model
+
+
+def build_algorithms(spec: RunSpec) -> list[Algorithm]:
+    """Fresh instances of the arm's methods, for this run's Trainer (methods keep per-run state)."""
+    return [build_algorithm(name, kwargs) for name, kwargs in spec.method_kwargs()]
 
 
 def _optimizer(recipe: Recipe, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -245,27 +291,35 @@ def execute(
     run_id_file: str | Path | None = None,
     microbatch_size: int | None = None,
 ) -> RunResult:
-    """Train `spec` and log it to MLflow; returns the run id and the final metrics."""
+    """Train `spec` and log it to MLflow; returns the run id and the final metrics.
+
+    Data, model and methods are built, and every method asked whether it applies to them, before the
+    MLflow run exists: an input that cannot work raises (`RecipeError`, `NotApplicableError`) and
+    leaves no run behind. From the Trainer on, the Trainer ends the MLflow run: FINISHED at
+    ``close()``, FAILED (KILLED on Ctrl-C or SIGTERM) when its construction or ``fit`` fails. Only a
+    failure in between (logging the params, the Trainer's argument checks) is recorded here.
+    """
     recipe = spec.recipe
+    device = require_device(recipe.device)
+    cadence.seed_all(spec.seed)  # the model's initial weights depend on the seed too
+    data = build_data(recipe, spec.seed, device, data_dir, download)
+    model = build_model(recipe, data)
+    algorithms = build_algorithms(spec)
+    check_applicable(zip(spec.arm, algorithms), model, first_batch(data.eval, device))
+    timer = RunTimer(ACCURACY, recipe.target_accuracy, recipe.warmup_batches)
+
     mlflow_logger = _mlflow_logger(spec, tracking_uri, dict(tags or {}))
-    if run_id_file is not None:
-        Path(run_id_file).write_text(mlflow_logger.run_id)
-    trainer = None
     try:
-        device = _device(recipe)
-        cadence.seed_all(spec.seed)  # the model's initial weights depend on the seed too
-        model, train_loader, eval_loader, source = build_loaders(recipe, spec.seed, device, data_dir, download)
-        if recipe.channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        if recipe.compile:
-            model.compile()
-        algorithms = [build_algorithm(name, kwargs) for name, kwargs in spec.method_kwargs()]
-        timer = RunTimer(ACCURACY, recipe.target_accuracy, recipe.warmup_batches)
-        mlflow_logger.log_hyperparameters({**params_of(spec), **environment(device), "data_source": source})
+        if run_id_file is not None:
+            Path(run_id_file).write_text(mlflow_logger.run_id)
+        mlflow_logger.log_hyperparameters(
+            {**params_of(spec, algorithms), **environment(device), "data_source": data.source}
+        )
+        _log_config(mlflow_logger, spec)
         trainer = cadence.Trainer(
             model=model,
-            train_dataloader=train_loader,
-            eval_dataloader=eval_loader,
+            train_dataloader=data.train,
+            eval_dataloader=data.eval,
             eval_interval=recipe.eval_interval,
             max_duration=recipe.duration,
             optimizers=_optimizer(recipe, model),
@@ -280,19 +334,16 @@ def execute(
             run_name=spec.run_name,
             progress_bar=progress_bar,
         )
-        trainer.fit()
-        summary = timer.summary(device)
-        _log_config(mlflow_logger, spec)
-        trainer.close()
-        mlflow_logger.finish("FINISHED")
-        return RunResult(mlflow_logger.run_id, summary)
-    except BaseException as error:
-        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
-        # records cadence.error and cadence.failure (a no-op when Trainer.fit already did)
-        mlflow_logger.finish(status, error=error)  # before trainer.close(), which would finish the run as FINISHED
-        if trainer is not None:
-            trainer.close()
+    except BaseException as error:  # no Trainer owns the run yet (if its __init__ did finish it, this is a no-op)
+        mlflow_logger.finish(
+            "KILLED" if isinstance(error, (KeyboardInterrupt, RunTerminated)) else "FAILED", error=error
+        )
         raise
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    return RunResult(mlflow_logger.run_id, timer.summary(device))
 
 
 def _log_config(mlflow_logger: Any, spec: RunSpec) -> None:
@@ -301,4 +352,3 @@ def _log_config(mlflow_logger: Any, spec: RunSpec) -> None:
         path = Path(folder) / "config.json"
         path.write_text(json.dumps({"config": spec.config(), "config_hash": spec.config_hash}, indent=2, default=str))
         mlflow_logger.log_artifact(path)
-        mlflow_logger.flush()

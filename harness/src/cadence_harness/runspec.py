@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cadence_harness.recipe import Recipe, parse_recipe
+from cadence_harness.recipe import Recipe
 
 __all__ = ["TAG", "RunSpec", "arm_name", "config_hash"]
 
@@ -91,7 +91,6 @@ class RunSpec:
 
     @classmethod
     def from_json(cls, text: str) -> RunSpec:
+        """The spec `to_json` wrote, as the parent validated it: nothing is validated or built again."""
         data = json.loads(text)
-        values = {k: v for k, v in data["recipe"].items() if k != "source"}
-        recipe = parse_recipe(values, source=data["recipe"].get("source", ""))
-        return cls(recipe=recipe, arm=tuple(data["arm"]), seed=int(data["seed"]))
+        return cls(recipe=Recipe.from_dict(data["recipe"]), arm=tuple(data["arm"]), seed=int(data["seed"]))

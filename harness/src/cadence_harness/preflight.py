@@ -1,0 +1,55 @@
+"""Refusals before anything trains: this machine, and whether each method can work on the model and data.
+
+Each raises with one line that names what does not fit and the fix; the command line prints it
+and exits with code 2. Recipe values are checked earlier, by `cadence_harness.recipe`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from cadence import Algorithm, NotApplicableError
+from cadence.batch import batch_to_device
+from cadence_harness.recipe import RecipeError
+
+__all__ = ["check_applicable", "first_batch", "require_device"]
+
+
+def require_device(device: str) -> torch.device:
+    """The torch device of a recipe's ``device``; ``gpu`` without CUDA is refused."""
+    if device == "gpu":
+        if not torch.cuda.is_available():
+            raise RecipeError(
+                "CUDA is not available on this machine; use --device cpu (or run on a machine with a CUDA GPU, "
+                f"where torch.cuda.is_available() is True; this torch is {torch.__version__})"
+            )
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def first_batch(loader: Iterable[Any], device: torch.device) -> Any:
+    """The loader's first batch on `device`, as the Trainer would hand it to the methods."""
+    return batch_to_device(next(iter(loader)), device)
+
+
+def check_applicable(
+    methods: Iterable[tuple[str, Algorithm]],
+    model: Any,
+    batch: Any,
+    arms: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """Ask each ``(name, method)`` whether it works on `model` with batches like `batch`.
+
+    Raises the first refusal: the method's own `NotApplicableError` (it names the method, what does
+    not fit and the fix), followed by the grid arms that use the method when `arms` is given.
+    """
+    for name, algorithm in methods:
+        try:
+            algorithm.check_applicable(model, batch)
+        except NotApplicableError as error:
+            if arms is None or not arms.get(name):
+                raise
+            raise NotApplicableError(f"{error} (in the grid's arms {', '.join(arms[name])})") from None
