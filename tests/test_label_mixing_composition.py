@@ -59,9 +59,9 @@ class Spy(Callback):
         draws = {}
         for method in self.methods:
             if isinstance(method, MixUp):
-                draws["mixup"] = (method._indices.clone(), method._mixing)
+                draws["mixup"] = (method.indices.clone(), method.mixing)
             elif isinstance(method, CutMix):
-                draws["cutmix"] = (method._indices.clone(), method._bbox, method._area)
+                draws["cutmix"] = (method.indices.clone(), method.bbox, method.area)
         self.draws.append(draws)
         self.inputs.append(state.batch[0])
 

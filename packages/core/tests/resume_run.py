@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Algorithm, Callback, Effects, Event, InMemoryLogger, Resource, Trainer
-from cadence.rng import MethodRNG
+from cadence.ops import MethodRNG
 from cadence.schedulers import CosineAnnealingWithWarmupScheduler
 from cadence.testing import mlp_classifier
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cadence import augmentations as A
+from cadence.ops import augment, dataset_transforms, image_ops, pil, pixels
 from cadence.testing import HOST_SYNC_OPS, recording_ops
 
 PRIMITIVES = ["color", "contrast", "brightness", "sharpness", "autocontrast", "equalize", "posterize", "solarize"]
@@ -32,17 +32,17 @@ def _params(key: str, n: int, seed: int = 0) -> torch.Tensor:
 
 
 def _matrices(n: int, height: int, width: int) -> torch.Tensor:
-    ops = torch.tensor([A.OPS.index(op) for op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")])
+    ops = torch.tensor([image_ops.OPS.index(op) for op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")])
     op_ids = ops[torch.arange(n) % len(ops)]
     values = torch.tensor([13.0, 0.2, -0.25, 5.0, -4.0, -29.0, -0.1, 0.3, -7.0, 3.0])[:n]
-    return A.affine_matrix(op_ids, values, height, width)
+    return image_ops.affine_matrix(op_ids, values, height, width)
 
 
 @pytest.mark.parametrize("key", PRIMITIVES)
 def test_batched_primitive_equals_each_image_alone(key: str) -> None:
     images, params = _smooth_images(6), _params(key, 6)
-    batched = A._PRIMITIVES[key](images, params)
-    alone = torch.cat([A._PRIMITIVES[key](images[i : i + 1], params[i : i + 1]) for i in range(6)])
+    batched = image_ops.PRIMITIVES[key](images, params)
+    alone = torch.cat([image_ops.PRIMITIVES[key](images[i : i + 1], params[i : i + 1]) for i in range(6)])
     torch.testing.assert_close(batched, alone, rtol=0, atol=1e-4)
     assert not torch.equal(batched, images)
 
@@ -50,8 +50,8 @@ def test_batched_primitive_equals_each_image_alone(key: str) -> None:
 def test_batched_warp_equals_each_image_alone() -> None:
     images = _smooth_images(10)
     matrices = _matrices(10, 20, 24)
-    batched = A.warp_affine(images, matrices)
-    alone = torch.cat([A.warp_affine(images[i : i + 1], matrices[i : i + 1]) for i in range(10)])
+    batched = pixels.warp_affine(images, matrices)
+    alone = torch.cat([pixels.warp_affine(images[i : i + 1], matrices[i : i + 1]) for i in range(10)])
     torch.testing.assert_close(batched, alone, rtol=0, atol=1e-3)
 
 
@@ -60,14 +60,14 @@ def test_batched_warp_equals_each_image_alone() -> None:
 def test_identity_parameters_return_the_input_exactly(key: str, dtype: torch.dtype) -> None:
     # continuous values (not only 8-bit levels): the identity must not even round
     images = (torch.rand(3, 3, 9, 11, generator=torch.Generator().manual_seed(1)) * 255).to(dtype)
-    identity = torch.eye(2, 3).expand(3, 2, 3) if key == "affine" else torch.full((3,), A._IDENTITY[key])
-    assert torch.equal(A._PRIMITIVES[key](images, identity), images)
+    identity = torch.eye(2, 3).expand(3, 2, 3) if key == "affine" else torch.full((3,), image_ops._IDENTITY[key])
+    assert torch.equal(image_ops.PRIMITIVES[key](images, identity), images)
 
 
 def test_mixed_identity_and_changed_samples() -> None:
     images = _smooth_images(4)
     factors = torch.tensor([1.0, 0.3, 1.0, 2.0])
-    out = A.color(images, factors)
+    out = pixels.color(images, factors)
     assert torch.equal(out[0], images[0]) and torch.equal(out[2], images[2])
     assert not torch.equal(out[1], images[1]) and not torch.equal(out[3], images[3])
 
@@ -104,18 +104,18 @@ def test_point_and_enhance_ops_match_pil() -> None:
     _, enhance, ops = _pil_reference()
     image = _smooth_images(1)
     pil, one = _to_pil(image[0]), lambda v: torch.tensor([float(v)])
-    assert torch.equal(A.equalize(image, one(1))[0], _from_pil(ops.equalize(pil)))
-    _assert_near_pil(A.autocontrast(image, one(1))[0], _from_pil(ops.autocontrast(pil)))
+    assert torch.equal(pixels.equalize(image, one(1))[0], _from_pil(ops.equalize(pil)))
+    _assert_near_pil(pixels.autocontrast(image, one(1))[0], _from_pil(ops.autocontrast(pil)))
     for bits in (1, 2, 3, 4):
-        assert torch.equal(A.posterize(image, one(bits))[0], _from_pil(ops.posterize(pil, bits)))
+        assert torch.equal(pixels.posterize(image, one(bits))[0], _from_pil(ops.posterize(pil, bits)))
     for threshold in (0, 77, 200, 256):
-        assert torch.equal(A.solarize(image, one(threshold))[0], _from_pil(ops.solarize(pil, threshold)))
+        assert torch.equal(pixels.solarize(image, one(threshold))[0], _from_pil(ops.solarize(pil, threshold)))
     for factor in (0.1, 0.8, 1.6, 4.0):
         slack = 1 if factor < 2 else 2  # PIL rounds the degenerate image, then extrapolates its error
-        _assert_near_pil(A.color(image, one(factor))[0], _from_pil(enhance.Color(pil).enhance(factor)), slack)
-        _assert_near_pil(A.contrast(image, one(factor))[0], _from_pil(enhance.Contrast(pil).enhance(factor)), slack)
-        _assert_near_pil(A.brightness(image, one(factor))[0], _from_pil(enhance.Brightness(pil).enhance(factor)))
-        _assert_near_pil(A.sharpness(image, one(factor))[0], _from_pil(enhance.Sharpness(pil).enhance(factor)), slack)
+        _assert_near_pil(pixels.color(image, one(factor))[0], _from_pil(enhance.Color(pil).enhance(factor)), slack)
+        _assert_near_pil(pixels.contrast(image, one(factor))[0], _from_pil(enhance.Contrast(pil).enhance(factor)), slack)
+        _assert_near_pil(pixels.brightness(image, one(factor))[0], _from_pil(enhance.Brightness(pil).enhance(factor)))
+        _assert_near_pil(pixels.sharpness(image, one(factor))[0], _from_pil(enhance.Sharpness(pil).enhance(factor)), slack)
 
 
 @pytest.mark.parametrize(
@@ -138,7 +138,7 @@ def test_geometric_ops_match_pil(op: str, value: float, pil_args: tuple | None) 
         reference = pil.rotate(value, resample=bilinear)
     else:
         reference = pil.transform(pil.size, image_module.Transform.AFFINE, pil_args, resample=bilinear)
-    ours = A.warp_affine(image, A.affine_matrix(op, torch.tensor([value]), 20, 24))[0]
+    ours = pixels.warp_affine(image, image_ops.affine_matrix(op, torch.tensor([value]), 20, 24))[0]
     _assert_near_pil(ours, _from_pil(reference))
 
 
@@ -147,7 +147,7 @@ def test_geometric_ops_match_pil(op: str, value: float, pil_args: tuple | None) 
 
 def _magnitudes(op: str, severity: float, n: int = 4000, height: int = 30, width: int = 60) -> torch.Tensor:
     uniforms = torch.rand(n, 4, generator=torch.Generator().manual_seed(0))
-    return A.op_magnitudes(torch.full((n,), A.OPS.index(op)), uniforms, severity, height, width)
+    return image_ops.op_magnitudes(torch.full((n,), image_ops.OPS.index(op)), uniforms, severity, height, width)
 
 
 def test_magnitudes_follow_composer_ranges() -> None:
@@ -167,9 +167,9 @@ def test_magnitudes_follow_composer_ranges() -> None:
 
 
 def test_primitive_parameters_are_identity_for_other_samples() -> None:
-    op_ids = torch.tensor([A.OPS.index("solarize"), A.OPS.index("rotate"), -1])
+    op_ids = torch.tensor([image_ops.OPS.index("solarize"), image_ops.OPS.index("rotate"), -1])
     values = torch.tensor([100.0, 12.0, 0.0])
-    params = A.primitive_parameters(op_ids, values, 8, 8, ("solarize", "rotate"))
+    params = image_ops.primitive_parameters(op_ids, values, 8, 8, ("solarize", "rotate"))
     assert params["solarize"].tolist() == [100.0, 256.0, 256.0]
     assert torch.equal(params["affine"][0], torch.eye(2, 3)) and torch.equal(params["affine"][2], torch.eye(2, 3))
     assert not torch.equal(params["affine"][1], torch.eye(2, 3))
@@ -177,22 +177,22 @@ def test_primitive_parameters_are_identity_for_other_samples() -> None:
 
 def test_augmentation_sets_are_composers() -> None:
     colour = {"color", "contrast", "brightness", "sharpness"}
-    assert len(A.augmentation_sets["all"]) == 13 and colour <= set(A.augmentation_sets["all"])
-    assert not colour & set(A.augmentation_sets["safe"]) and len(A.augmentation_sets["safe"]) == 9
-    assert {op + "_original" for op in colour} <= set(A.augmentation_sets["original"])
-    assert A.resolve_augmentation_set(["rotate"]) == ("rotate",)
+    assert len(image_ops.augmentation_sets["all"]) == 13 and colour <= set(image_ops.augmentation_sets["all"])
+    assert not colour & set(image_ops.augmentation_sets["safe"]) and len(image_ops.augmentation_sets["safe"]) == 9
+    assert {op + "_original" for op in colour} <= set(image_ops.augmentation_sets["original"])
+    assert image_ops.resolve_augmentation_set(["rotate"]) == ("rotate",)
     with pytest.raises(ValueError, match="`augmentation_set`"):
-        A.resolve_augmentation_set("everything")
+        image_ops.resolve_augmentation_set("everything")
     with pytest.raises(ValueError, match="unknown"):
-        A.resolve_augmentation_set(["rotate", "blur"])
+        image_ops.resolve_augmentation_set(["rotate", "blur"])
 
 
 @pytest.mark.parametrize("quantize", [False, True])
 def test_dense_and_grouped_steps_agree(quantize: bool) -> None:
     images = _smooth_images(40, 16, 16)
-    ops = A.augmentation_sets["all"] + ("color_original",)
+    ops = image_ops.augmentation_sets["all"] + ("color_original",)
     run = {
-        grouped: A.augment_batch(
+        grouped: augment.augment_batch(
             images, ops, 9, 3, torch.Generator().manual_seed(5), quantize=quantize, grouped=grouped
         )
         for grouped in (False, True)
@@ -203,8 +203,8 @@ def test_dense_and_grouped_steps_agree(quantize: bool) -> None:
 
 def test_augment_batch_draws_per_sample_and_reproducibly() -> None:
     images = _smooth_images(1).expand(16, -1, -1, -1)  # the same image 16 times
-    first = A.augment_batch(images, A.augmentation_sets["all"], 9, 2, torch.Generator().manual_seed(3))
-    again = A.augment_batch(images, A.augmentation_sets["all"], 9, 2, torch.Generator().manual_seed(3))
+    first = augment.augment_batch(images, image_ops.augmentation_sets["all"], 9, 2, torch.Generator().manual_seed(3))
+    again = augment.augment_batch(images, image_ops.augmentation_sets["all"], 9, 2, torch.Generator().manual_seed(3))
     assert torch.equal(first, again)
     assert len({tuple(sample.flatten().tolist()) for sample in first}) > 8  # different ops per sample
     assert first.min() >= 0 and first.max() <= 255
@@ -212,10 +212,10 @@ def test_augment_batch_draws_per_sample_and_reproducibly() -> None:
 
 def test_no_op_entries_leave_samples_alone() -> None:
     images = _smooth_images(6)
-    op_ids, values = A.draw_ops(6, ("posterize",), 9, 2, (20, 24), torch.Generator().manual_seed(0))
+    op_ids, values = augment.draw_ops(6, ("posterize",), 9, 2, (20, 24), torch.Generator().manual_seed(0))
     op_ids[:, 1::2] = -1
     for grouped in (False, True):
-        out = A.apply_ops(images, op_ids, values, ("posterize",), grouped=grouped)
+        out = augment.apply_ops(images, op_ids, values, ("posterize",), grouped=grouped)
         assert torch.equal(out[1::2], images[1::2]) and not torch.equal(out[0::2], images[0::2])
 
 
@@ -224,12 +224,12 @@ def test_no_op_entries_leave_samples_alone() -> None:
 
 def test_to_pixels_round_trips_dtypes_and_memory_format() -> None:
     uint8 = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
-    pixels, restore, eight_bit = A.to_pixels(uint8)
+    pixels, restore, eight_bit = pil.to_pixels(uint8)
     assert eight_bit and pixels.dtype == torch.float32 and pixels.max() <= 255
     back = restore(pixels)
     assert torch.equal(back, uint8) and back.is_contiguous(memory_format=torch.channels_last)
     half = torch.rand(3, 4, 4).half()
-    pixels, restore, eight_bit = A.to_pixels(half, single=True)
+    pixels, restore, eight_bit = pil.to_pixels(half, single=True)
     assert not eight_bit and pixels.shape == (1, 3, 4, 4)
     assert restore(pixels).dtype == torch.float16 and restore(pixels).shape == (3, 4, 4)
 
@@ -238,23 +238,23 @@ def test_to_pixels_round_trips_pil_images() -> None:
     image_module, _, _ = _pil_reference()
     for mode, channels in (("RGB", 3), ("L", 1)):
         image = image_module.new(mode, (7, 5), 90 if mode == "L" else (90, 90, 90))
-        pixels, restore, eight_bit = A.to_pixels(image, single=True)
+        pixels, restore, eight_bit = pil.to_pixels(image, single=True)
         assert eight_bit and pixels.shape == (1, channels, 5, 7) and pixels.unique().tolist() == [90.0]
         back = restore(pixels)
         assert back.mode == mode and back.size == (7, 5) and back.tobytes() == image.tobytes()
     with pytest.raises(TypeError, match="convert"):
-        A.to_pixels(image_module.new("RGBA", (4, 4)), single=True)
+        pil.to_pixels(image_module.new("RGBA", (4, 4)), single=True)
 
 
 def test_to_pixels_rejects_what_it_cannot_augment() -> None:
     with pytest.raises(TypeError, match="uint8 or float"):
-        A.to_pixels(torch.zeros(2, 3, 4, 4, dtype=torch.int64))
+        pil.to_pixels(torch.zeros(2, 3, 4, 4, dtype=torch.int64))
     with pytest.raises(ValueError, match="normalise"):
-        A.to_pixels(torch.randn(2, 3, 8, 8) * 3)
+        pil.to_pixels(torch.randn(2, 3, 8, 8) * 3)
     with pytest.raises(ValueError, match="1 or 3 channels"):
-        A.to_pixels(torch.rand(2, 4, 8, 8))
+        pil.to_pixels(torch.rand(2, 4, 8, 8))
     with pytest.raises(TypeError, match="NCHW"):
-        A.to_pixels([1, 2, 3])
+        pil.to_pixels([1, 2, 3])
 
 
 # Dataset transforms -----------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def test_add_dataset_transform_goes_before_to_tensor_in_a_copy() -> None:
         [transforms.CenterCrop(4), transforms.PILToTensor(), transforms.ConvertImageDtype(torch.float32)]
     )
     dataset = _Dataset(users)
-    A.add_dataset_transform(torch.utils.data.DataLoader(dataset), ours)
+    dataset_transforms.add_dataset_transform(torch.utils.data.DataLoader(dataset), ours)
     steps = dataset.transform.transforms
     assert steps[1] is ours and type(steps[2]).__name__ == "PILToTensor"
     assert len(users.transforms) == 3  # the user's Compose, maybe shared with another dataset, is untouched
@@ -296,24 +296,24 @@ def test_add_dataset_transform_goes_before_to_tensor_in_a_copy() -> None:
 def test_add_dataset_transform_runs_first_otherwise() -> None:
     calls: list[str] = []
     dataset = _Dataset(lambda image: calls.append("users") or image)
-    A.add_dataset_transform(torch.utils.data.DataLoader(dataset), lambda image: calls.append("ours") or image)
+    dataset_transforms.add_dataset_transform(torch.utils.data.DataLoader(dataset), lambda image: calls.append("ours") or image)
     dataset[0]
     assert calls == ["ours", "users"]
     plain = _Dataset(None)
-    A.add_dataset_transform(torch.utils.data.DataLoader(plain), lambda image: image + 1)
+    dataset_transforms.add_dataset_transform(torch.utils.data.DataLoader(plain), lambda image: image + 1)
     assert plain[0][0].unique().tolist() == [201]
 
 
 def test_add_dataset_transform_rejects_what_would_not_work() -> None:
     with pytest.raises(TypeError, match="DataLoader"):
-        A.add_dataset_transform([1, 2], _tag("ours"))
+        dataset_transforms.add_dataset_transform([1, 2], _tag("ours"))
     dataset = torch.utils.data.TensorDataset(torch.zeros(2, 3, 4, 4))
     with pytest.raises(TypeError, match="no `transform` attribute"):
-        A.add_dataset_transform(torch.utils.data.DataLoader(dataset), _tag("ours"))
+        dataset_transforms.add_dataset_transform(torch.utils.data.DataLoader(dataset), _tag("ours"))
     loader = torch.utils.data.DataLoader(_Dataset(), num_workers=1, persistent_workers=True)
     next(iter(loader))  # the workers now hold their own copy of the dataset
     with pytest.raises(RuntimeError, match="persistent workers"):
-        A.add_dataset_transform(loader, _tag("ours"))
+        dataset_transforms.add_dataset_transform(loader, _tag("ours"))
 
 
 # No host synchronisation on the dense path ----------------------------------------------------------
@@ -325,22 +325,20 @@ def test_dense_path_never_synchronises() -> None:
     # CPU cannot show a synchronisation, so check the ops: none reads a value back or has a data-dependent
     # size, and no tensor is made from host data (after the first call has made the constants).
     images = _smooth_images(8, 16, 16)
-    ops = (*A.augmentation_sets["all"], *A.augmentation_sets["original"])
-    A.augment_batch(images, ops, 9, 2, torch.Generator().manual_seed(0), quantize=True, grouped=False)
+    ops = (*image_ops.augmentation_sets["all"], *image_ops.augmentation_sets["original"])
+    augment.augment_batch(images, ops, 9, 2, torch.Generator().manual_seed(0), quantize=True, grouped=False)
     with recording_ops() as names:
-        A.augment_batch(images, ops, 9, 2, torch.Generator().manual_seed(0), quantize=True, grouped=False)
+        augment.augment_batch(images, ops, 9, 2, torch.Generator().manual_seed(0), quantize=True, grouped=False)
     assert "grid_sampler_2d" in names and "scatter_add_" in names
     assert not names & (HOST_SYNC_OPS | {"index_copy_"})
 
 
 def test_cpu_blocks_of_samples_give_the_same_result_as_one_block(monkeypatch) -> None:
-    from cadence import augmentations
-
     images = torch.randint(0, 256, (9, 3, 16, 16), generator=torch.Generator().manual_seed(0)).float()
-    op_ids, values = augmentations.draw_ops(
-        9, augmentations.resolve_augmentation_set("all"), 9, 3, (16, 16), torch.Generator().manual_seed(1)
+    op_ids, values = augment.draw_ops(
+        9, image_ops.resolve_augmentation_set("all"), 9, 3, (16, 16), torch.Generator().manual_seed(1)
     )
-    whole = augmentations.apply_ops(images, op_ids, values, augmentations.OPS, quantize=True)
-    monkeypatch.setattr(augmentations, "_CPU_BLOCK_BYTES", 2 * images[0].numel() * images.element_size())
-    blocked = augmentations.apply_ops(images, op_ids, values, augmentations.OPS, quantize=True)  # blocks of 2
+    whole = augment.apply_ops(images, op_ids, values, image_ops.OPS, quantize=True)
+    monkeypatch.setattr(augment, "_CPU_BLOCK_BYTES", 2 * images[0].numel() * images.element_size())
+    blocked = augment.apply_ops(images, op_ids, values, image_ops.OPS, quantize=True)  # blocks of 2
     assert torch.equal(whole, blocked)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cadence.rng import MethodRNG, derive_seed, sample_beta, sample_dirichlet, sample_gamma
+from cadence.ops import MethodRNG, derive_seed, sample_beta, sample_dirichlet, sample_gamma
 
 N = 200_000
 

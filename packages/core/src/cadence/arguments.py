@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from cadence import distributed as dist
-from cadence.checks import check_int, check_number
+from cadence.ops.checks import check_int
 from cadence.time import Time, TimeLike, TimeUnit, parse_time
 
 __all__ = [
@@ -43,7 +43,7 @@ def parse_device(device: str | torch.device | None) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"`device={device!r}` must be 'cpu', 'gpu' or a torch.device")
+        raise TypeError(f"device={device!r} must be 'cpu', 'gpu' or a torch.device")
     name = device.type if isinstance(device, torch.device) else device.lower()
     if name in ("gpu", "cuda"):
         if not torch.cuda.is_available():
@@ -56,9 +56,12 @@ def parse_device(device: str | torch.device | None) -> torch.device:
 
 def check_max_duration(max_duration: TimeLike | None, scale_schedule_ratio: Any) -> tuple[Time | None, float]:
     """(the run's length after `scale_schedule_ratio`, the ratio as a float)."""
-    ratio = check_number(
-        "scale_schedule_ratio", scale_schedule_ratio, gt=0, hint="1.0 keeps the run as it is, 0.5 halves it"
-    )
+    ratio = scale_schedule_ratio
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (0 < ratio < float("inf")):
+        raise ValueError(
+            f"scale_schedule_ratio={ratio!r} must be a finite number > 0 (1.0 keeps the run as it is, 0.5 halves it)"
+        )
+    ratio = float(ratio)
     if max_duration is None:
         return None, ratio
     duration = parse_time("max_duration", max_duration, units=_DURATION_UNITS, positive=True)
@@ -67,7 +70,7 @@ def check_max_duration(max_duration: TimeLike | None, scale_schedule_ratio: Any)
         if scaled.value < 1:
             smallest = 1 / duration.value
             raise ValueError(
-                f"`scale_schedule_ratio={ratio!r}` scales `max_duration={duration}` to {scaled}: nothing would "
+                f"scale_schedule_ratio={ratio!r} scales max_duration={duration} to {scaled}: nothing would "
                 f"train; use a ratio >= {smallest:.3g}"
             )
         duration = scaled
@@ -101,10 +104,10 @@ def check_checkpointing(
     save_folder: str | Path | None, keep: Any, autoresume: bool, load_path: str | Path | None
 ) -> None:
     if isinstance(keep, bool) or not isinstance(keep, int) or not (keep == -1 or keep >= 1):
-        raise ValueError(f"`save_num_checkpoints_to_keep={keep!r}` must be -1 (keep all) or an int >= 1")
+        raise ValueError(f"save_num_checkpoints_to_keep={keep!r} must be -1 (keep all) or an int >= 1")
     for name, path in (("save_folder", save_folder), ("load_path", load_path)):
         if path is not None and not isinstance(path, (str, Path)):
-            raise TypeError(f"`{name}={path!r}` must be a path (str or pathlib.Path) or None")
+            raise TypeError(f"{name}={path!r} must be a path (str or pathlib.Path) or None")
     if autoresume and save_folder is None:
         raise ValueError("autoresume=True needs save_folder, where the checkpoints to resume from are written")
 

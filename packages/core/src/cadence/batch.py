@@ -21,6 +21,7 @@ __all__ = [
     "batch_to_device",
     "check_batch_key",
     "split_batch",
+    "take_samples",
 ]
 
 BatchKey = int | str | tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]
@@ -143,4 +144,24 @@ def _chunk(batch: Any, num_samples: int, size: int, index: int) -> Any:
         return tuple(_chunk(v, num_samples, size, index) for v in batch)
     if isinstance(batch, list):
         return [_chunk(v, num_samples, size, index) for v in batch]
+    return batch
+
+
+def take_samples(batch: Any, indices: torch.Tensor, num_samples: int, keys: Sequence[BatchKey] = ()) -> Any:
+    """The samples `indices` of a batch: every tensor whose first dimension is `num_samples` is indexed.
+
+    Tuple, list and dict batches are rebuilt (never changed in place); for other batch types only
+    the entries at `keys` (e.g. the input and the target) can be reached, through their getters.
+    """
+
+    def pick(value: Any) -> Any:
+        per_sample = isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == num_samples
+        return value[indices] if per_sample else value
+
+    if isinstance(batch, Mapping):
+        return {key: pick(value) for key, value in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return [pick(v) for v in batch] if isinstance(batch, list) else tuple(pick(v) for v in batch)
+    for key in keys:
+        batch = batch_set_item(batch, key, pick(batch_get_item(batch, key)))
     return batch

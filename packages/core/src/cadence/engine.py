@@ -7,8 +7,8 @@ and sorted by ``order``), so the per-batch cost of an idle method is one ``match
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 from itertools import combinations
+from typing import Any
 
 from cadence.algorithm import Algorithm
 from cadence.callback import Callback
@@ -52,9 +52,9 @@ def check_composition(algorithms: Sequence[Algorithm]) -> None:
                 "list each method once"
             )
         seen[id(algorithm)] = index
-    _check_duplicate_classes(algorithms)
     for first, second in combinations(algorithms, 2):
         _check_pair(first, second)
+    _check_duplicate_classes(algorithms)
 
 
 def _check_duplicate_classes(algorithms: Sequence[Algorithm]) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cadence.checks import check_callable
 from cadence.event import Event
+from cadence.ops.checks import check_callable
 from cadence.state import State
 from cadence.time import Time, TimeUnit
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torchmetrics.aggregation import MeanMetric
 
-from cadence.models.classifier import soft_cross_entropy
+from cadence.ops.targets import soft_cross_entropy
 
 __all__ = ["CrossEntropy"]
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from cadence.checks import check_number
+from cadence.ops.checks import check_number
 from cadence.time import Time, TimeLike, parse_time
 
 if TYPE_CHECKING:
@@ -42,7 +42,9 @@ def _time(value: TimeLike, name: str) -> Time:
 
 
 def _check_fraction(value: float, name: str) -> float:
-    return check_number(name, value, ge=0, le=1)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}={value!r} must be a number in [0, 1]")
+    return float(value)
 
 
 def _multiplier(value: float, name: str) -> float:

@@ -202,11 +202,11 @@ def parse_time(
         time = Time.from_input(value, default_int_unit)
     except (TypeError, ValueError) as error:
         kind = TypeError if isinstance(error, TypeError) else ValueError
-        raise kind(f"`{name}={value!r}` is not a time: {error}") from None
+        raise kind(f"{name}={value!r} is not a time: {error}") from None
     names = [unit.value for unit in (units or tuple(TimeUnit))]
     amount = f"{'a positive' if positive else 'an'} amount of {', '.join(names[:-1])} or {names[-1]}"
     if (units is not None and time.unit not in units) or (positive and time.value <= 0):
-        raise ValueError(f"`{name}={value!r}` must be {amount}, e.g. '10{names[0]}'")
+        raise ValueError(f"{name}={value!r} must be {amount}, e.g. '10{names[0]}'")
     return time
 
 

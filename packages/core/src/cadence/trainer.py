@@ -36,7 +36,6 @@ from cadence.arguments import (
 )
 from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
 from cadence.callback import Callback
-from cadence.checks import check_bool, check_choice, check_seed
 from cadence.data import LoaderPlan, prepare_loader
 from cadence.engine import Engine
 from cadence.event import Event
@@ -46,6 +45,7 @@ from cadence.loggers.destination import LoggerDestination
 from cadence.loggers.logger import Logger
 from cadence.models.base import total_loss
 from cadence.nonfinite import NONFINITE_MODES, NonFiniteLossError, NonFiniteLossGuard
+from cadence.ops.checks import MAX_SEED, check_bool, check_choice
 from cadence.precision import Precision, autocast_context, make_grad_scaler
 from cadence.schedulers import Scheduler, compile_scheduler
 from cadence.state import State
@@ -145,9 +145,10 @@ class Trainer:
                  "progress_bar": progress_bar, "compute_train_metrics": compute_train_metrics}  # fmt: skip
         for name, flag in flags.items():
             check_bool(name, flag)
-        seed = check_seed("seed", seed)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+            raise ValueError(f"seed={seed!r} must be an int in [0, 2**63 - 1], or None for a random seed")
         if run_name is not None and not isinstance(run_name, str):
-            raise TypeError(f"`run_name={run_name!r}` must be a string or None")
+            raise TypeError(f"run_name={run_name!r} must be a string or None")
         self._nonfinite = NonFiniteLossGuard(check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_MODES))
         self.save_folder = Path(save_folder) if save_folder is not None else None
         self.save_num_checkpoints_to_keep = save_num_checkpoints_to_keep

@@ -57,7 +57,7 @@ def test_bad_hyperparameters_fail_at_construction(kwargs: dict, error: type) -> 
 
 def test_repr_names_every_hyperparameter() -> None:
     assert repr(AugMix()) == (
-        "AugMix(severity=3, depth=-1, width=3, alpha=1.0, augmentation_set='all', batched=True, input_key=0)"
+        "AugMix(severity=3, depth=-1, width=3, alpha=1.0, augmentation_set='all', batched=True, input_key=0, seed=None)"
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from cadence_augmix import AugmentAndMixTransform, augmix, augmix_batch, augmix_image
 
-from cadence.augmentations import augment_batch, augmentation_sets, to_pixels
+from cadence.ops import augment_batch, augmentation_sets, to_pixels
 from cadence.testing import HOST_SYNC_OPS, recording_ops
 
 

@@ -62,9 +62,9 @@ class Spy(Callback):
         self.losses: list[torch.Tensor] = []
 
     def before_forward(self, state: Any, logger: Any) -> None:
-        assert self.method._indices is not None
+        assert self.method.indices is not None
         self.mixed.append(state.batch_get_item(self.method.input_key))
-        self.draws.append((self.method._indices.clone(), self.method._bbox, self.method._area))
+        self.draws.append((self.method.indices.clone(), self.method.bbox, self.method.area))
 
     def before_loss(self, state: Any, logger: Any) -> None:
         self.targets.append(state.batch_get_item(self.method.target_key))
@@ -207,7 +207,8 @@ def test_dict_batches_through_input_key_and_target_key(interpolate_loss: bool) -
 
 
 def test_effects() -> None:
-    check_composition([CutMix(), CutMix()])
+    with pytest.raises(MethodConflictError, match="CutMix is listed twice"):  # it would paste twice per batch
+        check_composition([CutMix(), CutMix()])
     assert not CutMix().effects().exclusive
     with pytest.raises(MethodConflictError, match=r"CutMix and CutMix .*loss"):
         check_composition([CutMix(interpolate_loss=True), CutMix(interpolate_loss=True)])

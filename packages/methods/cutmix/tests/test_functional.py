@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cadence_cutmix import cutmix_batch
-from cadence_cutmix.functional import _draw_lambda, _interpolate_loss, _mix, _random_bbox
+from cadence_cutmix.functional import _draw_lambda, _interpolate_loss, _mix
+from cadence_cutmix.functional import sample_bbox as _random_bbox
 
-from cadence.models import ensure_targets_one_hot
+from cadence.ops import ensure_targets_one_hot
 
 
 def _constant_images(n: int, height: int = 8, width: int = 8) -> torch.Tensor:

@@ -52,9 +52,9 @@ class Spy(Callback):
         self.losses: list[torch.Tensor] = []
 
     def before_forward(self, state: Any, logger: Any) -> None:
-        assert self.method._indices is not None
+        assert self.method.indices is not None
         self.mixed.append(state.batch_get_item(self.method.input_key))
-        self.draws.append((self.method._indices.clone(), self.method._mixing))
+        self.draws.append((self.method.indices.clone(), self.method.mixing))
 
     def before_loss(self, state: Any, logger: Any) -> None:
         self.targets.append(state.batch_get_item(self.method.target_key))
@@ -190,7 +190,8 @@ def test_getter_setter_keys() -> None:
 
 
 def test_effects_and_conflicts() -> None:
-    check_composition([MixUp(), MixUp()])  # two target-mixing MixUps compose
+    with pytest.raises(MethodConflictError, match="MixUp is listed twice"):  # it would mix every batch twice
+        check_composition([MixUp(), MixUp()])
     assert not MixUp().effects().exclusive
     with pytest.raises(MethodConflictError, match=r"MixUp and MixUp .*loss"):
         check_composition([MixUp(interpolate_loss=True), MixUp(interpolate_loss=True)])

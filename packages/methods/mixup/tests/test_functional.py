@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from cadence_mixup import mixup_batch
 
-from cadence.mixing import interpolate_loss as _interpolate_loss
-from cadence.mixing import mix_with_permutation as _mix
-from cadence.models import ensure_targets_one_hot
+from cadence.ops import ensure_targets_one_hot
+from cadence.ops import interpolate_loss as _interpolate_loss
+from cadence.ops import mix_with_permutation as _mix
 
 
 def _batch(n: int = 8, num_classes: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -65,7 +65,7 @@ def test_bad_hyperparameters_fail_at_construction(kwargs: dict, error: type) -> 
 
 def test_repr_names_every_hyperparameter() -> None:
     text = repr(RandAugment(severity=5, depth=1, augmentation_set="safe", batched=False))
-    assert text == "RandAugment(severity=5, depth=1, augmentation_set='safe', batched=False, input_key=0)"
+    assert text == "RandAugment(severity=5, depth=1, augmentation_set='safe', batched=False, input_key=0, seed=None)"
 
 
 class WhiteImages(Dataset):

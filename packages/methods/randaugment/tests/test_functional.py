@@ -8,7 +8,7 @@ import pytest
 import torch
 from cadence_randaugment import RandAugmentTransform, randaugment, randaugment_batch, randaugment_image
 
-from cadence.augmentations import augmentation_sets
+from cadence.ops import augmentation_sets
 from cadence.testing import HOST_SYNC_OPS, recording_ops
 
 

@@ -7,7 +7,8 @@ never imports transformers or timm.
 from typing import Any
 
 from cadence.models.base import Model, total_loss
-from cadence.models.classifier import Classifier, ensure_targets_one_hot, soft_cross_entropy
+from cadence.models.classifier import Classifier
+from cadence.ops.targets import soft_cross_entropy
 
 ComposerModel = Model  # Composer's names, so its users can switch by changing an import
 ComposerClassifier = Classifier
@@ -19,7 +20,6 @@ __all__ = [
     "CrossEntropy",
     "HuggingFaceModel",
     "Model",
-    "ensure_targets_one_hot",
     "soft_cross_entropy",
     "timm_model",
     "total_loss",

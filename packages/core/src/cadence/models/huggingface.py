@@ -3,7 +3,9 @@
 Batches are dicts (``input_ids``, ``attention_mask``, ``labels``, ...). Only the keys the
 wrapped model's ``forward`` names are passed on, in a new dict: the caller's batch is never
 changed, so a second metric or a method can still read ``labels`` (Composer #3196).
-The loss is the one the HF model computes itself (``outputs.loss``).
+The loss is the one the HF model computes itself (``outputs.loss``), except when a method has
+replaced the labels by dense targets after the forward (label smoothing, mixing): then it is the
+soft cross-entropy of the logits against those targets, which the model never saw.
 
 This module imports ``transformers`` only inside functions that need it, so
 ``import cadence`` works without it installed.
@@ -24,6 +26,7 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from cadence.models.base import Model
+from cadence.ops.targets import soft_cross_entropy
 
 __all__ = ["HuggingFaceModel", "LanguageCrossEntropy", "LanguagePerplexity"]
 
@@ -170,6 +173,12 @@ class HuggingFaceModel(Model):
         return self.model(**self.model_inputs(batch))
 
     def loss(self, outputs: Any, batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        labels = batch.get("labels") if isinstance(batch, Mapping) else None
+        if isinstance(labels, torch.Tensor) and labels.is_floating_point() and not self.shift_labels:
+            logits = _logits(outputs)  # dense labels set after the forward: the model's own loss used others
+            if labels.shape == logits.shape:
+                classes = logits.shape[-1]
+                return soft_cross_entropy(logits.reshape(-1, classes), labels.reshape(-1, classes), *args, **kwargs)
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else getattr(outputs, "loss", None)
         if loss is None:
             raise ValueError(

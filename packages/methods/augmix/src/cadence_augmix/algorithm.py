@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from cadence.augmentation_method import AugmentationMethod
-from cadence.batch import BatchKey
+from cadence.ops import AugmentationMethod, BatchKey
 from cadence_augmix.functional import AugmentAndMixTransform, augmix_batch, check_augmix_args
 
 __all__ = ["AugMix"]
@@ -18,10 +17,12 @@ class AugMix(AugmentationMethod):
 
     ``batched=True``: `augmix_batch` on each batch at AFTER_DATALOADER, on its device.
     ``batched=False``: `AugmentAndMixTransform` added to the training dataset at FIT_START, as in
-    Composer. Events, randomness and checkpointing as in `cadence.augmentation_method`. Images
+    Composer. Events, randomness (``seed``) and checkpointing as in `cadence.ops.AugmentationMethod`. Images
     must be unnormalised (uint8, or float in [0, 1]). The JSD consistency loss of the paper is not
     part of this method. See `augmix_image` for the arguments.
     """
+
+    generators = {"augmix": "device"}
 
     def __init__(
         self,
@@ -32,11 +33,13 @@ class AugMix(AugmentationMethod):
         augmentation_set: str | Sequence[str] = "all",
         batched: bool = True,
         input_key: BatchKey = 0,
+        *,
+        seed: int | None = None,
     ):
         check_augmix_args(severity, depth, width, alpha, augmentation_set)
         self.severity, self.depth, self.width, self.alpha = severity, depth, width, alpha
         self.augmentation_set = augmentation_set
-        super().__init__("augmix", batched, input_key)
+        super().__init__(batched, input_key, seed=seed)
 
     def augment_batch(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         args = (self.severity, self.depth, self.width, self.alpha, self.augmentation_set)

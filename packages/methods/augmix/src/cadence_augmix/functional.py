@@ -14,18 +14,13 @@ from typing import Any
 
 import torch
 
-from cadence.augmentations import (
-    apply_ops,
-    augment_image,
-    augmentation_sets,
-    draw_ops,
-    map_images,
-    resolve_augmentation_set,
-    to_pixels,
-)
-from cadence.rng import sample_beta, sample_dirichlet
+from cadence.ops.augment import apply_ops, augment_image, draw_ops
+from cadence.ops.checks import check_int, check_number
+from cadence.ops.image_ops import augmentation_sets, resolve_augmentation_set
+from cadence.ops.pil import map_images, to_pixels
+from cadence.ops.sampling import sample_beta, sample_dirichlet
 
-__all__ = ["AugmentAndMixTransform", "augmix", "augmix_batch", "augmix_image"]
+__all__ = ["AugmentAndMixTransform", "augmix", "augmix_batch", "augmix_image", "check_augmix_args"]
 
 _MAX_DEPTH = 3  # depth=-1 draws each chain's depth uniformly from 1..3
 _CPU_CHAINS_BYTES = 8 * 2**20  # on CPU, larger chain batches run chain by chain
@@ -33,19 +28,11 @@ _CPU_CHAINS_BYTES = 8 * 2**20  # on CPU, larger chain batches run chain by chain
 
 def check_augmix_args(severity: Any, depth: Any, width: Any, alpha: Any, augmentation_set: Any) -> tuple[str, ...]:
     """Validate the hyperparameters; returns the op names of `augmentation_set`."""
-    if isinstance(severity, bool) or not isinstance(severity, (int, float)):
-        raise TypeError(f"`severity` must be a number in [1, 10], got {severity!r}")
-    if not 1 <= severity <= 10:
-        raise ValueError(f"`severity`={severity!r} is out of range; use a value in [1, 10] (default 3)")
-    for name, value in (("depth", depth), ("width", width)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"`{name}` must be an int, got {value!r}")
-    if depth != -1 and depth < 1:
+    check_number("severity", severity, ge=1, le=10, hint="3 is the default")
+    if check_int("depth", depth) != -1 and depth < 1:
         raise ValueError(f"`depth`={depth!r} must be >= 1, or -1 for a random depth of 1 to 3 per chain")
-    if width < 1:
-        raise ValueError(f"`width`={width!r} must be >= 1 (the number of augmentation chains mixed)")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
-        raise ValueError(f"`alpha`={alpha!r} must be a number > 0 (the Dirichlet and Beta concentration)")
+    check_int("width", width, ge=1, hint="the number of augmentation chains mixed")
+    check_number("alpha", alpha, gt=0, hint="the Dirichlet and Beta concentration")
     return resolve_augmentation_set(augmentation_set)
 
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from cadence import Algorithm, Effects, Event, Resource, State
-from cadence.batch import BatchKey, check_batch_key
-from cadence.rng import MethodRNG
+from cadence import Effects, Event, Resource, State
+from cadence.ops import BatchKey, RandomMethod, check_batch_key, check_bool, require_tensor
 from cadence_colout.functional import check_colout_args, colout_batch
 
 __all__ = ["ColOut"]
 
 
-class ColOut(Algorithm):
+class ColOut(RandomMethod):
     """Drops random rows and columns of the training batch on AFTER_DATALOADER (generator set up on INIT).
 
     Arguments as in `colout_batch`. ``batch=False`` draws the lines per image on the device
@@ -21,7 +20,8 @@ class ColOut(Algorithm):
     """
 
     events = (Event.INIT, Event.AFTER_DATALOADER)
-    order = 30
+    order = 30  # inside the augmentations (50): lines drop from the augmented image
+    generators = {"colout": "device"}
 
     def __init__(
         self,
@@ -35,25 +35,19 @@ class ColOut(Algorithm):
         seed: int | None = None,
     ):
         check_colout_args(p_row, p_col, resize_target)
-        if not isinstance(batch, bool):
-            raise TypeError(f"`batch`={batch!r} must be a bool (True: same lines for the whole batch)")
-        self.p_row, self.p_col, self.batch, self.resize_target = p_row, p_col, batch, resize_target
+        super().__init__(seed=seed)
+        self.p_row, self.p_col, self.resize_target = p_row, p_col, resize_target
+        self.batch = check_bool("batch", batch, "True drops the same lines from every image of the batch")
         self.input_key = check_batch_key("input_key", input_key)
         self.target_key = check_batch_key("target_key", target_key)
-        self.seed = seed
-        self.rng = MethodRNG("colout", seed)
-
-    def match(self, event: Event, state: State) -> bool:
-        return event in self.events
 
     def apply(self, event: Event, state: State, logger: Any) -> None:
         if event is Event.INIT:
-            self.rng.setup(state)
-            return
+            return self.setup_generators(state)
         images = state.batch_get_item(self.input_key)
         sample = images if self.resize_target is False else (images, state.batch_get_item(self.target_key))
-        kwargs = {"batch": self.batch, "generator": self.rng.generator}
-        out = colout_batch(sample, self.p_row, self.p_col, self.resize_target, **kwargs)
+        drawn = {"batch": self.batch, "generator": self.generator("colout")}
+        out = colout_batch(sample, self.p_row, self.p_col, self.resize_target, **drawn)
         new_images, new_target = out if isinstance(out, tuple) else (out, None)
         state.batch_set_item(self.input_key, new_images)
         if new_target is not None and new_target is not sample[1]:
@@ -63,8 +57,7 @@ class ColOut(Algorithm):
         touched = {Resource.INPUTS} | ({Resource.TARGETS} if self.resize_target is not False else set())
         return Effects(reads=touched, writes=touched)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.load_state_dict(state.get("rng", {}))
+    def check_applicable(self, model: Any, batch: Any) -> None:
+        require_tensor(self, batch, self.input_key, "images (N, C, H, W)", key_name="input_key", ndim=4)
+        if self.resize_target is True:
+            require_tensor(self, batch, self.target_key, "segmentation targets", key_name="target_key")

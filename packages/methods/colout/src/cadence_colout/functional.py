@@ -6,18 +6,18 @@ from typing import Any
 
 import torch
 
-from cadence.augmentations import pil_to_tensor, tensor_to_pil
+from cadence.ops.checks import check_number
+from cadence.ops.pil import is_pil_image, pil_to_tensor, tensor_to_pil
 
-__all__ = ["ColOutTransform", "colout_batch"]
+__all__ = ["ColOutTransform", "check_colout_args", "colout_batch"]
 
 
 def check_colout_args(p_row: float, p_col: float, resize_target: bool | str) -> None:
     """Reject hyperparameters that cannot work, naming the argument and the allowed range."""
     for name, p in (("p_row", p_row), ("p_col", p_col)):
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-            raise ValueError(f"`{name}`={p!r} must be a number in [0, 1): the fraction of lines to drop")
+        check_number(name, p, ge=0, lt=1, hint="the fraction of lines to drop")
     if not isinstance(resize_target, bool) and resize_target != "auto":
-        raise ValueError(f"`resize_target`={resize_target!r} must be True, False or 'auto'")
+        raise ValueError(f"`resize_target` must be True, False or 'auto', got resize_target={resize_target!r}")
 
 
 def colout_batch(
@@ -112,7 +112,7 @@ def _drop(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tens
 def _should_resize_target(images: torch.Tensor, target: Any, resize_target: bool | str) -> bool:
     if resize_target is False:
         return False
-    if _is_pil(target):
+    if is_pil_image(target):
         same = tuple(target.size[::-1]) == tuple(images.shape[-2:])
     else:  # a mask has the image's H, W and at most one dim fewer (no channel dim); labels never do
         same = (
@@ -122,7 +122,7 @@ def _should_resize_target(images: torch.Tensor, target: Any, resize_target: bool
             and (images.ndim == 3 or target.shape[0] == images.shape[0])
         )
     if resize_target is True and not same:
-        shape = target.size[::-1] if _is_pil(target) else getattr(target, "shape", type(target).__name__)
+        shape = target.size[::-1] if is_pil_image(target) else getattr(target, "shape", type(target).__name__)
         raise ValueError(
             f"`resize_target`=True but the target ({shape}) does not have the images' H, W "
             f"{tuple(images.shape[-2:])}; use resize_target='auto' or False"
@@ -130,15 +130,11 @@ def _should_resize_target(images: torch.Tensor, target: Any, resize_target: bool
     return same
 
 
-def _is_pil(x: Any) -> bool:
-    return type(x).__module__.startswith("PIL.")
-
-
 def _to_tensor(x: Any, name: str) -> torch.Tensor:
     """A tensor as is; a PIL image as a ``(bands, H, W)`` uint8 tensor."""
     if isinstance(x, torch.Tensor):
         return x
-    if not _is_pil(x):
+    if not is_pil_image(x):
         raise TypeError(f"`sample` {name} must be a torch.Tensor or a PIL image, got {type(x).__name__}")
     return pil_to_tensor(x)
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import torch
 
-from cadence.mixing import interpolate_loss, mix_with_permutation
-from cadence.mixing import random_permutation as _draw_indices
-from cadence.rng import sample_beta
+from cadence.ops.checks import check_bool, check_number
+from cadence.ops.mixing import interpolate_loss, mix_with_permutation
+from cadence.ops.mixing import random_permutation as _draw_indices
+from cadence.ops.sampling import sample_beta
 
-__all__ = ["cutmix_batch"]
+__all__ = ["check_alpha", "cutmix_batch", "is_segmentation_target", "paste_box", "sample_bbox"]
 
 BBox = tuple[int, int, int, int]
 
@@ -63,32 +64,35 @@ def cutmix_batch(
     """
     if length is not None and bbox is not None:
         raise ValueError(f"pass `length` or `bbox`, not both; got length={length!r} and bbox={bbox!r}")
-    _check_alpha(alpha)
-    if not isinstance(uniform_sampling, bool):
-        raise TypeError(f"`uniform_sampling` must be True or False, got {uniform_sampling!r}")
+    check_alpha(alpha)
+    check_bool("uniform_sampling", uniform_sampling)
     if not isinstance(input, torch.Tensor) or input.ndim < 3:
         shape = tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
         raise TypeError(f"`input` must be a tensor (N, ..., H, W) with at least 3 dimensions, got {shape}")
     height, width = input.shape[-2:]
     if bbox is None:
-        bbox = _random_bbox(height, width, length, alpha, uniform_sampling, generator)
+        bbox = sample_bbox(height, width, length, alpha, uniform_sampling, generator)
     bbox = _check_bbox(bbox, height, width)
     if indices is None:
         indices = _draw_indices(input.shape[0], input.device, generator)
     elif indices.shape != (input.shape[0],):
         raise ValueError(f"`indices` must have shape ({input.shape[0]},), got {tuple(indices.shape)}")
-    return _paste(input, indices, bbox), target[indices], _area(bbox, height, width), bbox
+    return paste_box(input, indices, bbox), target[indices], _area(bbox, height, width), bbox
 
 
-def _random_bbox(
+def sample_bbox(
     height: int,
     width: int,
-    length: float | None,
-    alpha: float,
-    uniform_sampling: bool,
-    generator: torch.Generator | None,
+    length: float | None = None,
+    alpha: float = 1.0,
+    uniform_sampling: bool = False,
+    generator: torch.Generator | None = None,
 ) -> BBox:
-    """A box of side ``ratio * (H, W)`` around a random centre, clipped to the image."""
+    """A box ``(x1, y1, x2, y2)`` of side ``ratio * (H, W)`` around a random centre, clipped to the image.
+
+    ``ratio = sqrt(1 - λ)``, ``λ ~ Beta(alpha, alpha)``, or `length` when given; drawn on the generator's
+    device (as Python ints: on an accelerator, draw it with a CPU generator).
+    """
     if length is None:
         ratio = math.sqrt(1.0 - _draw_lambda(alpha, generator))
     elif isinstance(length, bool) or not isinstance(length, numbers.Real) or not 0.0 <= length <= 1.0:
@@ -108,7 +112,7 @@ def _random_bbox(
     return x1, y1, x2, y2
 
 
-def _paste(tensor: torch.Tensor, indices: torch.Tensor, bbox: BBox) -> torch.Tensor:
+def paste_box(tensor: torch.Tensor, indices: torch.Tensor, bbox: BBox) -> torch.Tensor:
     """A copy of `tensor` whose box ``[..., x1:x2, y1:y2]`` comes from ``tensor[indices]``."""
     x1, y1, x2, y2 = bbox
     pasted = tensor.clone()  # keeps the memory format
@@ -121,7 +125,7 @@ def _area(bbox: BBox, height: int, width: int) -> float:
     return 1.0 - (x2 - x1) * (y2 - y1) / (height * width)
 
 
-def _is_segmentation(target: Any, input: torch.Tensor) -> bool:
+def is_segmentation_target(target: Any, input: torch.Tensor) -> bool:
     """Targets with the input's H and W label pixels: they take the box instead of being interpolated."""
     return isinstance(target, torch.Tensor) and target.ndim >= 3 and target.shape[-2:] == input.shape[-2:]
 
@@ -142,9 +146,9 @@ def _interpolate_loss(loss: Any, other: Any, area: float) -> Any:
     return interpolate_loss(loss, other, 1.0 - area)
 
 
-def _check_alpha(alpha: Any) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not alpha > 0:
-        raise ValueError(f"`alpha` must be a number > 0, got {alpha!r}; 1.0 (the paper's value) draws λ uniformly")
+def check_alpha(alpha: Any) -> float:
+    """`alpha` as a float: a finite number > 0, or a ValueError naming it."""
+    return check_number("alpha", alpha, gt=0, hint="1.0 (the paper's value) draws λ uniformly")
 
 
 def _check_bbox(bbox: Any, height: int, width: int) -> BBox:

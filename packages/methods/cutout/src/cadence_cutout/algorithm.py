@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from cadence import Algorithm, Effects, Event, Resource, State
-from cadence.batch import BatchKey, check_batch_key
-from cadence.rng import MethodRNG
+from cadence import Effects, Event, Resource, State
+from cadence.ops import BatchKey, RandomMethod, check_batch_key, require_tensor
 from cadence_cutout.functional import check_cutout_args, cutout_batch
 
 __all__ = ["CutOut"]
 
 
-class CutOut(Algorithm):
+class CutOut(RandomMethod):
     """Zeroes square holes in the training images on AFTER_DATALOADER (its generator is set up on INIT).
 
     Arguments as in `cutout_batch`; ``input_key`` finds the images in the batch and ``seed``
-    fixes the generator (default: derived from the run's seed and the method's name).
+    fixes the generator (default: derived from the run's seed).
     """
 
     events = (Event.INIT, Event.AFTER_DATALOADER)
-    order = 20
+    order = 20  # inside the augmentations (50) on AFTER_DATALOADER: holes are cut in the augmented image
+    generators = {"cutout": "device"}
 
     def __init__(
         self,
@@ -32,27 +32,21 @@ class CutOut(Algorithm):
         seed: int | None = None,
     ):
         check_cutout_args(num_holes, length, uniform_sampling)
+        super().__init__(seed=seed)
         self.num_holes, self.length, self.uniform_sampling = num_holes, length, uniform_sampling
         self.input_key = check_batch_key("input_key", input_key)
-        self.seed = seed
-        self.rng = MethodRNG("cutout", seed)
-
-    def match(self, event: Event, state: State) -> bool:
-        return event in self.events
 
     def apply(self, event: Event, state: State, logger: Any) -> None:
         if event is Event.INIT:
-            self.rng.setup(state)
-            return
+            return self.setup_generators(state)
         images = state.batch_get_item(self.input_key)
-        kwargs = {"num_holes": self.num_holes, "length": self.length, "uniform_sampling": self.uniform_sampling}
-        state.batch_set_item(self.input_key, cutout_batch(images, **kwargs, generator=self.rng.generator))
+        holes = cutout_batch(
+            images, self.num_holes, self.length, self.uniform_sampling, generator=self.generator("cutout")
+        )
+        state.batch_set_item(self.input_key, holes)
 
     def effects(self) -> Effects:
         return Effects(reads={Resource.INPUTS}, writes={Resource.INPUTS})
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.load_state_dict(state.get("rng", {}))
+    def check_applicable(self, model: Any, batch: Any) -> None:
+        require_tensor(self, batch, self.input_key, "images (N, C, H, W)", key_name="input_key", ndim=4)

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["cutout_batch"]
+from cadence.ops.checks import check_bool, check_int, check_number
+
+__all__ = ["check_cutout_args", "cutout_batch"]
 
 
 def check_cutout_args(num_holes: int, length: float, uniform_sampling: bool) -> None:
     """Reject hyperparameters that cannot work, naming the argument and the allowed range."""
-    if isinstance(num_holes, bool) or not isinstance(num_holes, int) or num_holes < 1:
-        raise ValueError(f"`num_holes`={num_holes!r} must be an int >= 1 (holes cut from each image)")
-    if isinstance(length, bool) or not isinstance(length, (int, float)) or not 0 < length <= 1:
-        raise ValueError(f"`length`={length!r} must be a number in (0, 1]: the hole side as a fraction of min(H, W)")
-    if not isinstance(uniform_sampling, bool):
-        raise TypeError(f"`uniform_sampling`={uniform_sampling!r} must be a bool")
+    check_int("num_holes", num_holes, ge=1, hint="holes cut from each image")
+    check_number("length", length, gt=0, le=1, hint="the hole side as a fraction of min(H, W)")
+    check_bool("uniform_sampling", uniform_sampling)
 
 
 def cutout_batch(

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import torch
 
-from cadence.models.classifier import ensure_targets_one_hot
+from cadence.ops.checks import check_number
+from cadence.ops.targets import ensure_targets_one_hot
 
-__all__ = ["smooth_labels"]
+__all__ = ["check_smoothing", "smooth_labels"]
 
 
 def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
@@ -33,7 +33,7 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
         ValueError: `smoothing` outside [0, 1], or a target shape that fits neither form.
         TypeError: `logits` or `target` is not a tensor, or `smoothing` is not a number.
     """
-    _check_smoothing(smoothing)
+    check_smoothing(smoothing)
     if not isinstance(logits, torch.Tensor) or logits.ndim < 2:
         raise TypeError(f"`logits` must be a tensor (N, C, ...), got {_describe(logits)}")
     if not isinstance(target, torch.Tensor):
@@ -42,11 +42,9 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
     return ensure_targets_one_hot(logits, target) * (1.0 - smoothing) + smoothing / num_classes
 
 
-def _check_smoothing(smoothing: Any) -> None:
-    if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real):
-        raise TypeError(f"`smoothing` must be a number in [0, 1], got {smoothing!r}")
-    if not 0.0 <= smoothing <= 1.0:
-        raise ValueError(f"`smoothing` must be in [0, 1], got {smoothing!r}; 0.1 is the usual value")
+def check_smoothing(smoothing: Any) -> float:
+    """`smoothing` as a float in [0, 1], or a ValueError/TypeError naming it."""
+    return check_number("smoothing", smoothing, ge=0, le=1, hint="0.1 is the usual value")
 
 
 def _describe(value: Any) -> str:

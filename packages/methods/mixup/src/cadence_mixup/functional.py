@@ -7,10 +7,11 @@ from typing import Any
 
 import torch
 
-from cadence.mixing import mix_with_permutation, random_permutation
-from cadence.rng import sample_beta
+from cadence.ops.checks import check_number
+from cadence.ops.mixing import mix_with_permutation, random_permutation
+from cadence.ops.sampling import sample_beta
 
-__all__ = ["mixup_batch"]
+__all__ = ["check_alpha", "mixup_batch", "sample_mixing"]
 
 
 def mixup_batch(
@@ -49,12 +50,12 @@ def mixup_batch(
         ValueError: `alpha` <= 0, `mixing` outside [0, 1], or `indices` of the wrong shape.
         TypeError: `input` is not a floating-point tensor, or `mixing` is not a number.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if not isinstance(input, torch.Tensor) or not input.is_floating_point():
         kind = input.dtype if isinstance(input, torch.Tensor) else type(input).__name__
         raise TypeError(f"`input` must be a floating-point tensor, got {kind}; convert images to float first")
     if mixing is None:
-        mixing = _draw_mixing(alpha, generator)
+        mixing = sample_mixing(alpha, generator)
     _check_mixing(mixing)
     if indices is None:
         indices = random_permutation(input.shape[0], input.device, generator)
@@ -64,18 +65,18 @@ def mixup_batch(
     return mixed, target[indices], float(mixing)
 
 
-def _draw_mixing(alpha: float, generator: torch.Generator | None) -> float:
+def sample_mixing(alpha: float, generator: torch.Generator | None = None) -> float:
+    """``min(λ, 1 - λ)`` with ``λ ~ Beta(alpha, alpha)``, drawn on the generator's device (the default RNG's
+    when None) and returned as a Python float: on an accelerator, draw it with a CPU generator."""
     source = generator if generator is not None else torch.default_generator
     concentration = torch.tensor(float(alpha), dtype=torch.float64, device=source.device)
     draw = float(sample_beta(concentration, concentration, source))
     return min(draw, 1.0 - draw)
 
 
-def _check_alpha(alpha: Any) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not alpha > 0:
-        raise ValueError(
-            f"`alpha` must be a number > 0, got {alpha!r}; small values (0.2) mix little, 1.0 mixes uniformly"
-        )
+def check_alpha(alpha: Any) -> float:
+    """`alpha` as a float: a finite number > 0, or a ValueError naming it."""
+    return check_number("alpha", alpha, gt=0, hint="small values (0.2) mix little, 1.0 mixes uniformly")
 
 
 def _check_mixing(mixing: Any) -> None:

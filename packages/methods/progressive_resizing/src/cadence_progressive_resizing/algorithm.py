@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from cadence import Algorithm, Effects, Event, Resource, State
-from cadence.batch import BatchKey, check_batch_key
-from cadence.rng import MethodRNG
+from cadence import Effects, Event, Resource, State
+from cadence.ops import BatchKey, RandomMethod, check_batch_key, check_bool, require_tensor
 from cadence_progressive_resizing.functional import check_resizing_args, progressive_resizing_scale, resize_batch
 
 __all__ = ["ProgressiveResizing"]
 
 
-class ProgressiveResizing(Algorithm):
+class ProgressiveResizing(RandomMethod):
     """Shrinks the training batch on AFTER_DATALOADER by the scheduled scale (generator set up on INIT).
 
     Schedule: `progressive_resizing_scale` of the elapsed duration and the batch's width;
@@ -21,7 +20,8 @@ class ProgressiveResizing(Algorithm):
     """
 
     events = (Event.INIT, Event.AFTER_DATALOADER)
-    order = 10
+    order = 10  # innermost on AFTER_DATALOADER: the other image methods see the resized batch
+    generators = {"progressive_resizing": "device"}
 
     def __init__(
         self,
@@ -37,21 +37,16 @@ class ProgressiveResizing(Algorithm):
         seed: int | None = None,
     ):
         check_resizing_args(mode, initial_scale, finetune_fraction, delay_fraction, size_increment)
+        super().__init__(seed=seed)
         self.mode, self.initial_scale, self.size_increment = mode, initial_scale, size_increment
         self.finetune_fraction, self.delay_fraction = finetune_fraction, delay_fraction
-        self.resize_targets = resize_targets
+        self.resize_targets = check_bool("resize_targets", resize_targets)
         self.input_key = check_batch_key("input_key", input_key)
         self.target_key = check_batch_key("target_key", target_key)
-        self.seed = seed
-        self.rng = MethodRNG("progressive_resizing", seed)
-
-    def match(self, event: Event, state: State) -> bool:
-        return event in self.events
 
     def apply(self, event: Event, state: State, logger: Any) -> None:
         if event is Event.INIT:
-            self.rng.setup(state)
-            return
+            return self.setup_generators(state)
         elapsed = state.get_elapsed_duration()
         if elapsed is None:
             raise ValueError("ProgressiveResizing follows a schedule over the run: set the Trainer's max_duration")
@@ -59,21 +54,22 @@ class ProgressiveResizing(Algorithm):
         target = state.batch_get_item(self.target_key) if self.resize_targets else None
         schedule = (self.initial_scale, self.finetune_fraction, self.delay_fraction, self.size_increment)
         scale = progressive_resizing_scale(elapsed.value, images.shape[-1], *schedule)
+        generator = self.generator("progressive_resizing")
         new_images, new_target = resize_batch(
-            images, target, scale, self.mode, self.resize_targets, generator=self.rng.generator
+            images, target, scale, self.mode, self.resize_targets, generator=generator
         )
         state.batch_set_item(self.input_key, new_images)
         if self.resize_targets:
             state.batch_set_item(self.target_key, new_target)
-        width = new_images.shape[-1]
-        logger.log_metrics({"progressive_resizing/scale_factor": scale, "progressive_resizing/width": width})
+        logger.log_metrics(
+            {"progressive_resizing/scale_factor": scale, "progressive_resizing/width": new_images.shape[-1]}
+        )
 
     def effects(self) -> Effects:
         touched = {Resource.INPUTS} | ({Resource.TARGETS} if self.resize_targets else set())
         return Effects(reads=touched, writes=touched)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.load_state_dict(state.get("rng", {}))
+    def check_applicable(self, model: Any, batch: Any) -> None:
+        require_tensor(self, batch, self.input_key, "images (N, C, H, W)", key_name="input_key", ndim=4)
+        if self.resize_targets:
+            require_tensor(self, batch, self.target_key, "segmentation targets", key_name="target_key", ndim=(3, 4))

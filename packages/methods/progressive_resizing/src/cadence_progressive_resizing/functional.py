@@ -7,7 +7,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["progressive_resizing_scale", "resize_batch"]
+from cadence.ops.checks import check_bool, check_choice, check_int, check_number
+
+__all__ = ["check_resizing_args", "progressive_resizing_scale", "resize_batch"]
 
 _MODES = ("resize", "crop")
 
@@ -16,23 +18,16 @@ def check_resizing_args(
     mode: str, initial_scale: float, finetune_fraction: float, delay_fraction: float, size_increment: int
 ) -> None:
     """Reject hyperparameters that cannot work, naming the argument and the allowed range."""
-    if mode not in _MODES:
-        raise ValueError(f"`mode`={mode!r} must be one of {_MODES}")
-    for name, value, low in (
-        ("initial_scale", initial_scale, "(0"),
-        ("finetune_fraction", finetune_fraction, "[0"),
-        ("delay_fraction", delay_fraction, "[0"),
-    ):
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not (0 < value <= 1 if low == "(0" else 0 <= value <= 1):
-            raise ValueError(f"`{name}`={value!r} must be a number in {low}, 1]")
+    check_choice("mode", mode, _MODES)
+    check_number("initial_scale", initial_scale, gt=0, le=1, hint="the first scale, as a fraction of the full size")
+    check_number("finetune_fraction", finetune_fraction, ge=0, le=1, hint="the last part of training, at full size")
+    check_number("delay_fraction", delay_fraction, ge=0, le=1, hint="the first part of training, at initial_scale")
     if delay_fraction + finetune_fraction > 1:
         raise ValueError(
             f"`delay_fraction` + `finetune_fraction` = {delay_fraction} + {finetune_fraction} must be <= 1 "
             "(the ramp happens between the two)"
         )
-    if isinstance(size_increment, bool) or not isinstance(size_increment, int) or size_increment < 1:
-        raise ValueError(f"`size_increment`={size_increment!r} must be an int >= 1")
+    check_int("size_increment", size_increment, ge=1, hint="sizes are multiples of it")
 
 
 def progressive_resizing_scale(
@@ -51,6 +46,8 @@ def progressive_resizing_scale(
     ``torch.compile`` see each shape once); the scale returned is that width over `width`.
     """
     check_resizing_args("resize", initial_scale, finetune_fraction, delay_fraction, size_increment)
+    check_number("elapsed", elapsed, ge=0, hint="the fraction of training done, from 0 to 1")
+    check_int("width", width, ge=1, hint="the full width of the images, in pixels")
     ramp = 1 - finetune_fraction - delay_fraction
     if elapsed < delay_fraction:
         fraction = 0.0
@@ -84,10 +81,9 @@ def resize_batch(
     Returns:
         ``(input, target)`` resized.
     """
-    if mode not in _MODES:
-        raise ValueError(f"`mode`={mode!r} must be one of {_MODES}")
-    if isinstance(scale_factor, bool) or not isinstance(scale_factor, (int, float)) or not scale_factor > 0:
-        raise ValueError(f"`scale_factor`={scale_factor!r} must be a number > 0")
+    check_choice("mode", mode, _MODES)
+    check_number("scale_factor", scale_factor, gt=0)
+    check_bool("resize_targets", resize_targets)
     if not isinstance(input, torch.Tensor) or input.ndim != 4:
         raise ValueError(f"`input` must be an (N, C, H, W) tensor, got {getattr(input, 'shape', type(input))}")
     if resize_targets and (not isinstance(target, torch.Tensor) or target.ndim not in (3, 4)):

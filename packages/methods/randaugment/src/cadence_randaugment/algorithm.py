@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from cadence.augmentation_method import AugmentationMethod
-from cadence.batch import BatchKey
+from cadence.ops import AugmentationMethod, BatchKey
 from cadence_randaugment.functional import RandAugmentTransform, check_randaugment_args, randaugment_batch
 
 __all__ = ["RandAugment"]
@@ -18,10 +17,12 @@ class RandAugment(AugmentationMethod):
 
     ``batched=True``: `randaugment_batch` on each batch at AFTER_DATALOADER, on its device.
     ``batched=False``: `RandAugmentTransform` added to the training dataset at FIT_START, as in
-    Composer. Events, randomness and checkpointing as in `cadence.augmentation_method`. Images
-    must be unnormalised (uint8, or float in [0, 1]): normalise inside the model or later.
+    Composer. Events, randomness (``seed``) and checkpointing as in `cadence.ops.AugmentationMethod`.
+    Images must be unnormalised (uint8, or float in [0, 1]): normalise inside the model or later.
     See `randaugment_image` for the arguments.
     """
+
+    generators = {"randaugment": "device"}
 
     def __init__(
         self,
@@ -30,10 +31,12 @@ class RandAugment(AugmentationMethod):
         augmentation_set: str | Sequence[str] = "all",
         batched: bool = True,
         input_key: BatchKey = 0,
+        *,
+        seed: int | None = None,
     ):
         check_randaugment_args(severity, depth, augmentation_set)
         self.severity, self.depth, self.augmentation_set = severity, depth, augmentation_set
-        super().__init__("randaugment", batched, input_key)
+        super().__init__(batched, input_key, seed=seed)
 
     def augment_batch(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         return randaugment_batch(images, self.severity, self.depth, self.augmentation_set, generator)

@@ -3,7 +3,7 @@
 `randaugment_image` is Composer's per-image function (PIL images and CHW tensors; a dataset
 transform). `randaugment_batch` goes beyond it: it augments a whole NCHW batch on its device,
 every sample drawing its own operations and magnitudes from a seedable generator, without a
-per-sample loop or a host synchronisation. Both use the primitives of `cadence.augmentations`.
+per-sample loop or a host synchronisation. Both use the image operations of `cadence.ops`.
 """
 
 from __future__ import annotations
@@ -13,28 +13,18 @@ from typing import Any
 
 import torch
 
-from cadence.augmentations import (
-    augment_batch,
-    augment_image,
-    augmentation_sets,
-    map_images,
-    resolve_augmentation_set,
-    to_pixels,
-)
+from cadence.ops.augment import augment_batch, augment_image
+from cadence.ops.checks import check_int, check_number
+from cadence.ops.image_ops import augmentation_sets, resolve_augmentation_set
+from cadence.ops.pil import map_images, to_pixels
 
-__all__ = ["RandAugmentTransform", "randaugment", "randaugment_batch", "randaugment_image"]
+__all__ = ["RandAugmentTransform", "check_randaugment_args", "randaugment", "randaugment_batch", "randaugment_image"]
 
 
 def check_randaugment_args(severity: Any, depth: Any, augmentation_set: Any) -> tuple[str, ...]:
     """Validate the hyperparameters; returns the op names of `augmentation_set`."""
-    if isinstance(severity, bool) or not isinstance(severity, (int, float)):
-        raise TypeError(f"`severity` must be a number in [1, 10], got {severity!r}")
-    if not 1 <= severity <= 10:
-        raise ValueError(f"`severity`={severity!r} is out of range; use a value in [1, 10] (default 9)")
-    if isinstance(depth, bool) or not isinstance(depth, int):
-        raise TypeError(f"`depth` must be an int >= 1, got {depth!r}")
-    if depth < 1:
-        raise ValueError(f"`depth`={depth!r} must be >= 1 (the number of operations applied to each image)")
+    check_number("severity", severity, ge=1, le=10, hint="9 is the default")
+    check_int("depth", depth, ge=1, hint="the number of operations applied to each image")
     return resolve_augmentation_set(augmentation_set)
 
 
@@ -55,7 +45,7 @@ def randaugment_image(
             operation draws its magnitude at random up to this level, as Composer does.
         depth: number of operations applied in a row; N in the paper.
         augmentation_set: 'all', 'safe' (no operation that overlaps an ImageNet-C corruption) or
-            'original' (see `cadence.augmentations.augmentation_sets`), or a sequence of op names.
+            'original' (see `cadence.ops.augmentation_sets`), or a sequence of op names.
         generator: the source of randomness; torch's default RNG when None, which DataLoader
             workers seed differently per worker.
 

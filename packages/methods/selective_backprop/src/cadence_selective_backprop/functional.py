@@ -9,21 +9,32 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["select_indices_using_loss", "select_using_loss", "should_selective_backprop"]
+from cadence.ops.checks import check_int, check_number
+
+__all__ = [
+    "check_per_sample_loss",
+    "check_selective_backprop_args",
+    "select_indices_using_loss",
+    "select_using_loss",
+    "should_selective_backprop",
+    "takes_reduction",
+]
 
 _INTERPOLATION = {3: "linear", 4: "bilinear", 5: "trilinear"}
 
 
 def check_selective_backprop_args(start: float, end: float, keep: float, scale_factor: float, interrupt: int) -> None:
     """Reject hyperparameters that cannot work, naming the argument and the allowed range."""
+    _check_window(start, end, interrupt)
+    _check_keep_and_scale(keep, scale_factor)
+
+
+def _check_window(start: float, end: float, interrupt: int) -> None:
     for name, value in (("start", start), ("end", end)):
-        if not _is_number(value) or not 0 <= value <= 1:
-            raise ValueError(f"`{name}`={value!r} must be a fraction of training in [0, 1]")
+        check_number(name, value, ge=0, le=1, hint="a fraction of training")
     if start >= end:
         raise ValueError(f"`start`={start} must be < `end`={end}: Selective Backprop runs while start <= t < end")
-    _check_keep_and_scale(keep, scale_factor)
-    if isinstance(interrupt, bool) or not isinstance(interrupt, int) or interrupt < 0:
-        raise ValueError(f"`interrupt`={interrupt!r} must be an int >= 0 (0: never interrupt)")
+    check_int("interrupt", interrupt, ge=0, hint="0: never interrupt")
 
 
 def should_selective_backprop(
@@ -39,6 +50,9 @@ def should_selective_backprop(
         start, end: the window, as fractions of training.
         interrupt: period of the full batches inside the window.
     """
+    _check_window(start, end, interrupt)
+    check_number("current_duration", current_duration, ge=0, hint="the elapsed fraction of training")
+    check_int("batch_idx", batch_idx, ge=0)
     in_window = start <= current_duration < end
     return in_window and (interrupt == 0 or (batch_idx + 1) % interrupt != 0)
 
@@ -125,12 +139,26 @@ def takes_reduction(function: Callable[..., Any]) -> bool:
     return any(p.name == "reduction" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _check_keep_and_scale(keep: float, scale_factor: float) -> None:
-    if not _is_number(keep) or not 0 < keep <= 1:
-        raise ValueError(f"`keep`={keep!r} must be in (0, 1]: the fraction of each batch back-propagated")
-    if not _is_number(scale_factor) or not 0 < scale_factor <= 1:
-        raise ValueError(f"`scale_factor`={scale_factor!r} must be in (0, 1]: scoring may only downsample")
+    check_number("keep", keep, gt=0, le=1, hint="the fraction of each batch back-propagated")
+    check_number("scale_factor", scale_factor, gt=0, le=1, hint="scoring may only downsample")
+
+
+def check_per_sample_loss(model: Any) -> None:
+    """Fail before training when `model` cannot give per-sample losses (Composer finds out mid-run).
+
+    Both ``model.loss`` and, when it has one, ``model.loss_fn`` must take ``reduction='none'``.
+    """
+    loss = getattr(model, "loss", None)
+    inner = getattr(model, "loss_fn", None)
+    for name, function in ((f"{type(model).__name__}.loss", loss), (f"{type(model).__name__}.loss_fn", inner)):
+        if function is not None and not (callable(function) and takes_reduction(function)):
+            raise TypeError(
+                f"SelectiveBackprop scores each sample with {name}(..., reduction='none'), but {name} takes no "
+                "`reduction` argument. Fix: give the loss a `reduction` keyword (e.g. a loss_fn that forwards it "
+                "to F.cross_entropy), or drop SelectiveBackprop"
+            )
+    if loss is None:
+        raise TypeError(
+            f"SelectiveBackprop needs a cadence Model with loss(outputs, batch), got {type(model).__name__}"
+        )

@@ -4,12 +4,14 @@ Booleans are not numbers, strings are not booleans, and NaN and infinities are n
 hyperparameters. The trainer and every method validate their arguments with these before any
 work is done::
 
-    alpha = check_number("alpha", alpha, gt=0)            # a finite number > 0: "`alpha=inf` must be ..."
+    alpha = check_number("alpha", alpha, gt=0)            # "`alpha`=inf must be a finite number > 0"
     keep = check_number("keep", keep, gt=0, le=1)         # in (0, 1]
     depth = check_int("depth", depth, ge=1)
     batched = check_bool("batched", batched)
 
-Wrong types raise `TypeError`, wrong values `ValueError`; `hint` adds the usual value or the fix.
+Wrong values raise `ValueError`; wrong types raise `ArgumentTypeError`, which is both a
+`TypeError` and a `ValueError` (for the caller, a wrong type is a wrong value: catch either).
+`hint` adds the usual value or the fix.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "MAX_SEED",
+    "ArgumentTypeError",
     "check_bool",
     "check_callable",
     "check_choice",
@@ -34,6 +37,10 @@ __all__ = [
 
 MAX_SEED = 2**63 - 1
 """The largest seed every torch generator accepts."""
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type (a bool for a number, a string for a bool, ...)."""
 
 
 def describe(value: Any) -> str:
@@ -49,7 +56,7 @@ def describe(value: Any) -> str:
 
 
 def _fail(kind: type[Exception], name: str, value: Any, expected: str, hint: str) -> Exception:
-    message = f"`{name}={describe(value)}` must be {expected}"
+    message = f"`{name}`={describe(value)} must be {expected}"
     return kind(f"{message}; {hint}" if hint else message)
 
 
@@ -82,7 +89,7 @@ def check_number(
     """A finite real number (never a bool) within the given bounds, returned as a float."""
     expected = f"a finite number{_bounds(gt, ge, lt, le)}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise _fail(TypeError, name, value, expected, hint)
+        raise _fail(ArgumentTypeError, name, value, expected, hint)
     number = float(value)
     in_range = (
         math.isfinite(number)
@@ -100,7 +107,7 @@ def check_int(name: str, value: Any, *, ge: int | None = None, le: int | None = 
     """An int (never a bool, never a float such as 2.0) within the given bounds."""
     expected = f"an int{_bounds(None, ge, None, le)}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise _fail(TypeError, name, value, expected, hint)
+        raise _fail(ArgumentTypeError, name, value, expected, hint)
     if (ge is not None and value < ge) or (le is not None and value > le):
         raise _fail(ValueError, name, value, expected, hint)
     return int(value)
@@ -109,7 +116,7 @@ def check_int(name: str, value: Any, *, ge: int | None = None, le: int | None = 
 def check_bool(name: str, value: Any, hint: str = "") -> bool:
     """True or False; ``'no'``, ``0`` and ``None`` are refused (``bool('no')`` is True)."""
     if not isinstance(value, bool):
-        raise _fail(TypeError, name, value, "True or False", hint)
+        raise _fail(ArgumentTypeError, name, value, "True or False", hint)
     return value
 
 
@@ -128,7 +135,7 @@ def check_choice(name: str, value: Any, choices: Iterable[str], hint: str = "") 
     close = difflib.get_close_matches(value, allowed, n=1) if isinstance(value, str) else []
     suggestion = f"did you mean {close[0]!r}?" if close else ""
     expected = f"one of {', '.join(map(repr, allowed))}"
-    kind = ValueError if isinstance(value, str) else TypeError
+    kind = ValueError if isinstance(value, str) else ArgumentTypeError
     raise _fail(kind, name, value, expected, "; ".join(part for part in (suggestion, hint) if part))
 
 
@@ -136,11 +143,11 @@ def check_callable(name: str, value: Any, *, arguments: int, signature: str, hin
     """A callable that can be called with `arguments` positional arguments, e.g. ``(state, event)``."""
     expected = f"a callable {signature}"
     if not callable(value):
-        raise _fail(TypeError, name, value, expected, hint)
+        raise _fail(ArgumentTypeError, name, value, expected, hint)
     try:
         inspect.signature(value).bind(*range(arguments))
     except TypeError:
-        raise _fail(TypeError, name, value, expected, hint or f"it cannot take {arguments} arguments") from None
+        raise _fail(ArgumentTypeError, name, value, expected, hint or f"it cannot take {arguments} arguments") from None
     except ValueError:  # builtins without a signature: trust them
         pass
     return value

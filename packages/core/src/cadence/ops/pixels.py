@@ -1,0 +1,173 @@
+"""Pixel primitives of the image augmentations: batched, one parameter per sample, exact at identity.
+
+Every primitive takes a float NCHW batch in *pixel units* (values in [0, 255], so uint8 data is
+represented exactly) and one parameter per sample, and each parameter has an identity value that
+leaves its sample exactly unchanged. They follow PIL's ``ImageEnhance``/``ImageOps``/``Image.transform``
+(as Composer's per-image ``augmentation_primitives`` do): colour operations blend with a degenerate
+image (factor 1 = identity), the point operations (autocontrast, equalize, posterize, solarize) use
+per-sample-channel statistics (equalize: batched histograms), geometric operations are per-sample
+2x3 affine matrices applied with one ``grid_sample``. Per-sample choices use ``torch.lerp`` (exact at
+weights 0 and 1) rather than ``torch.where`` on image-sized masks, which is several times slower on CPU.
+Torch only.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "autocontrast",
+    "brightness",
+    "color",
+    "contrast",
+    "device_constant",
+    "equalize",
+    "posterize",
+    "sharpness",
+    "solarize",
+    "warp_affine",
+]
+
+
+@functools.lru_cache(maxsize=128)
+def device_constant(values: tuple[Any, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small constant tensor made once per device (never modify it). Made from Python data at
+    every call, it would be copied from the host each time, which synchronises an accelerator."""
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def _per_sample(value: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    return value.to(device=images.device, dtype=images.dtype).view(-1, 1, 1, 1)
+
+
+def _choose(on: torch.Tensor, changed: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    """`changed` for samples with ``on == 1``, `images` for ``on == 0`` (both exactly)."""
+    return torch.lerp(images, changed, on)
+
+
+def _blend(images: torch.Tensor, degenerate: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """PIL's ``Image.blend(degenerate, image, factor)``, clipped; factor 1 returns `images` exactly."""
+    return torch.lerp(degenerate, images, _per_sample(factor, images)).clamp_(0, 255)
+
+
+def _gray(images: torch.Tensor) -> torch.Tensor:
+    """ITU-R 601-2 luma (PIL's ``convert('L')``), shape (N, 1, H, W)."""
+    if images.shape[1] == 1:
+        return images
+    luma = device_constant((0.299, 0.587, 0.114), images.dtype, images.device).view(1, 3, 1, 1)
+    return (images * luma).sum(dim=1, keepdim=True)
+
+
+def brightness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Brightness``: blend with black."""
+    return (images * _per_sample(factor, images)).clamp_(0, 255)
+
+
+def color(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Color``: blend with the grayscale image (factor 0 = grayscale)."""
+    return _blend(images, _gray(images), factor)
+
+
+def contrast(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Contrast``: blend with the mean gray level of each image."""
+    return _blend(images, _gray(images).mean(dim=(1, 2, 3), keepdim=True), factor)
+
+
+def _smooth(images: torch.Tensor) -> torch.Tensor:
+    """PIL's SMOOTH filter, [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, on the interior; border pixels kept."""
+    if images.shape[-2] < 3 or images.shape[-1] < 3:
+        return images
+    # (3x3 box sum + 4 x centre) / 13, by shifted adds (a one-channel conv2d is slow on CPU)
+    rows = images[..., :-2, :] + images[..., 1:-1, :] + images[..., 2:, :]
+    box = rows[..., :-2] + rows[..., 1:-1] + rows[..., 2:]
+    smooth = images.clone()
+    smooth[..., 1:-1, 1:-1] = (box + 4 * images[..., 1:-1, 1:-1]) / 13
+    return smooth
+
+
+def sharpness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Sharpness``: blend with PIL's SMOOTH filter (factor 0 = smoothed)."""
+    return _blend(images, _smooth(images), factor)
+
+
+def autocontrast(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
+    """``ImageOps.autocontrast``: stretch each channel to [0, 255] where `enabled` is nonzero."""
+    low, high = images.amin(dim=(2, 3), keepdim=True), images.amax(dim=(2, 3), keepdim=True)
+    stretch = (high > low) & (_per_sample(enabled, images) != 0)
+    scale = torch.where(stretch, 255 / (high - low).clamp_min(1e-12), 1.0)
+    return ((images - torch.where(stretch, low, 0.0)) * scale).clamp_(0, 255)
+
+
+def equalize(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
+    """``ImageOps.equalize`` per channel (on the 8-bit levels) where `enabled` is nonzero."""
+    n, c, h, w = images.shape
+    levels = images.nan_to_num(0.0).round().clamp_(0, 255).long().view(n * c, h * w)  # NaN: bin 0, not an error
+    ones = torch.ones((), dtype=images.dtype, device=images.device).expand(levels.shape)
+    hist = torch.zeros(n * c, 256, dtype=images.dtype, device=images.device).scatter_add_(1, levels, ones)
+    bins = torch.arange(256, dtype=images.dtype, device=images.device)
+    last = torch.where(hist > 0, bins, 0).argmax(dim=1, keepdim=True)  # the highest level present
+    step = torch.div(h * w - hist.gather(1, last), 255, rounding_mode="floor")
+    below = hist.cumsum(1) - hist  # pixels below each level
+    lut = torch.div(torch.div(step, 2, rounding_mode="floor") + below, step.clamp_min(1), rounding_mode="floor")
+    lut = torch.where(step > 0, lut.clamp_(0, 255), bins)  # one level only: unchanged (as PIL)
+    return _choose(_per_sample(enabled, images), lut.gather(1, levels).view(n, c, h, w), images)
+
+
+def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """``ImageOps.posterize``: keep the top `bits` bits of each level (8 = unchanged)."""
+    bits = _per_sample(bits, images)
+    quantum = torch.exp2(8 - bits)
+    return _choose((bits < 8).to(images.dtype), torch.floor(images / quantum) * quantum, images)
+
+
+def solarize(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """``ImageOps.solarize``: invert levels at or above `threshold` (256 = unchanged).
+
+    A float level counts as its nearest 8-bit level, so it is inverted from ``threshold - 0.5``.
+    """
+    above = torch.sign(images - (_per_sample(threshold, images) - 0.5)) + 1  # 2 above, 0 below
+    return torch.addcmul(images, above, 127.5 - images)  # x + (255 - 2x) where above
+
+
+@functools.lru_cache(maxsize=16)
+def _pixel_centres(height: int, width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(2, 1, H * W): PIL coordinates ``x + 0.5`` and ``y + 0.5`` of every output pixel."""
+    ys, xs = torch.meshgrid(
+        torch.arange(height, dtype=dtype, device=device) + 0.5,
+        torch.arange(width, dtype=dtype, device=device) + 0.5,
+        indexing="ij",
+    )
+    return torch.stack([xs.flatten(), ys.flatten()]).unsqueeze(1)
+
+
+def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """PIL's ``Image.transform(size, AFFINE, matrix, BILINEAR)`` for every sample at once.
+
+    ``matrix`` (N, 2, 3) maps an output point to the input point it samples, in pixel units with
+    the origin at the top-left corner (PIL's convention). As in PIL, points outside the image read
+    0 and bilinear neighbours beyond the edge are clamped. Identity matrices return their samples
+    exactly.
+    """
+    n, _, h, w = images.shape
+    m = matrix.to(device=images.device, dtype=images.dtype)
+    # the map into grid_sample's coordinates (align_corners=False: -1 and 1 are the outer edges)
+    scale = device_constant(((2 / w,), (2 / h,)), m.dtype, m.device)
+    normal = m * scale - device_constant((0.0, 0.0, 1.0), m.dtype, m.device)
+    x, y = _pixel_centres(h, w, m.dtype, m.device)
+    grid = torch.addcmul(torch.addcmul(normal[..., 2:], x, normal[..., :1]), y, normal[..., 1:2])  # (N, 2, H * W)
+    warped = F.grid_sample(
+        images,
+        grid.transpose(1, 2).contiguous().view(n, h, w, 2),
+        mode="bilinear",
+        padding_mode="border",
+        align_corners=False,
+    )
+    # 1 inside the image, 0 outside (the ramp between is 1e-7 of the image wide)
+    reach = torch.maximum(grid[:, 0].abs(), grid[:, 1].abs())
+    inside = (1 - reach).mul_(1e7).add_(1).clamp_(0, 1).view(n, 1, h, w)
+    identity = (m == torch.eye(2, 3, dtype=m.dtype, device=m.device)).flatten(1).all(dim=1).view(n, 1, 1, 1)
+    return _choose(identity.to(images.dtype), images, warped * inside)
