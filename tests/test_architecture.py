@@ -1,9 +1,13 @@
-"""The layout rules of design.md, checked on the source so they cannot drift."""
+"""The layout rules of design.md and packages/methods/README.md, checked on the source so they cannot drift.
+
+Every import statement counts: at module level, inside functions, and under ``TYPE_CHECKING``.
+"""
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,19 +20,174 @@ except ModuleNotFoundError:  # Python 3.10: the harness depends on tomli there
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = sorted(p for p in (ROOT / "packages" / "methods").iterdir() if p.is_dir())
 IDS = [p.name for p in METHODS]
+CORE_SRC = ROOT / "packages" / "core" / "src"
+#: cadence.ops modules that are building blocks: torch only, importable from a method's functional.py
+TORCH_ONLY_OPS = {
+    "augment",
+    "checks",
+    "dataset_transforms",
+    "image_ops",
+    "mixing",
+    "modules",
+    "pil",
+    "pixels",
+    "rng",
+    "sampling",
+    "targets",
+}
+MAX_LINES = 400
+MAX_TRAINER_LINES = 550
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(path: Path, module: str) -> Iterator[str]:
+    """Every module name an import statement of `path` mentions (``from a import b`` gives a and a.b)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                origin = ".".join([*base, node.module] if node.module else base)
+            else:
+                origin = node.module or ""
+            yield origin
+            yield from (f"{origin}.{alias.name}" for alias in node.names)
 
 
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+    return set(_imported(path, path.stem))
 
 
+def _core_graph() -> dict[str, set[str]]:
+    """Core module -> the core modules it imports (a name that is not a module counts as its module)."""
+    modules = {_module_name(CORE_SRC, p): p for p in CORE_SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in _imported(path, name):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not name.startswith(imported + "."):
+                targets.add(imported)  # a package's own parent is not a dependency it chose
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+# The core -------------------------------------------------------------------------------------
+def test_the_core_has_no_import_circle() -> None:
+    cycles = _cycles(_core_graph())
+    assert not cycles, "import circles in the core (break them with a protocol or a lower module): " + "; ".join(
+        " <-> ".join(cycle) for cycle in cycles
+    )
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_building_blocks_import_only_torch_and_each_other() -> None:
+    graph = _core_graph()
+    for name in sorted(TORCH_ONLY_OPS):
+        module = f"cadence.ops.{name}"
+        others = {target for target in graph[module] if target.removeprefix("cadence.ops.") not in TORCH_ONLY_OPS}
+        assert not others, f"{module} is a building block (torch only) but imports {sorted(others)}"
+        roots = {imported.split(".")[0] for imported in _imports(CORE_SRC / "cadence" / "ops" / f"{name}.py")}
+        foreign = roots - {"torch", "cadence", "PIL"} - set(sys.stdlib_module_names)
+        assert not foreign, f"{module} imports {sorted(foreign)}"
+
+
+def test_only_the_package_and_the_test_kit_import_the_trainer() -> None:
+    importers = {name for name, targets in _core_graph().items() if "cadence.trainer" in targets}
+    assert importers <= {"cadence", "cadence.testing"}, f"modules below the trainer import it: {sorted(importers)}"
+
+
+def test_core_never_names_a_method_the_harness_or_mlflow() -> None:
+    forbidden = {f"cadence_{p.name}" for p in METHODS} | {"cadence_harness", "cadence_mlflow"}
+    # the one bridge: `from cadence.loggers import MLFlowLogger` keeps working when cadence[mlflow] is installed
+    bridge = CORE_SRC / "cadence" / "loggers" / "__init__.py", "cadence_mlflow.MLFlowLogger"
+    for path in CORE_SRC.rglob("*.py"):
+        for name in _imports(path):
+            if (path, name) == bridge or (path, name + ".MLFlowLogger") == bridge:
+                continue
+            assert name.split(".")[0] not in forbidden, f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_core_imports_no_heavy_optional_dependency_at_import_time() -> None:
+    import subprocess
+
+    code = (
+        "import sys, cadence, cadence.functional, cadence.algorithms, cadence.loggers, cadence.models, cadence.ops; "
+        "print(sorted(m for m in ('mlflow', 'transformers', 'timm', 'torchvision', 'torchmetrics', 'sklearn') "
+        "if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", f"import cadence pulled in: {result.stdout.strip()}"
+
+
+@pytest.mark.parametrize("member", ["packages/mlflow", "harness"])
+def test_upper_packages_use_the_core_through_its_public_modules(member: str) -> None:
+    """MLflow and the harness sit on the core like any user: no private module (``cadence._x``) or name."""
+    for path in (ROOT / member / "src").rglob("*.py"):
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[0] == "cadence":
+                assert not any(part.startswith("_") for part in parts), f"{path.relative_to(ROOT)} imports {name}"
+            if member == "packages/mlflow":
+                assert parts[0] != "cadence_harness", f"{path.relative_to(ROOT)} imports the harness: {name}"
+
+
+def test_no_source_file_is_too_long() -> None:
+    sources = [*ROOT.glob("packages/*/src/**/*.py"), *ROOT.glob("packages/methods/*/src/**/*.py")]
+    sources += list((ROOT / "harness" / "src").rglob("*.py"))
+    too_long = []
+    for path in sources:
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        limit = MAX_TRAINER_LINES if path == CORE_SRC / "cadence" / "trainer.py" else MAX_LINES
+        if lines > limit:
+            too_long.append(f"{path.relative_to(ROOT)}: {lines} lines (at most {limit})")
+    assert not too_long, "split these into files with one idea each:\n" + "\n".join(too_long)
+
+
+# Method packages ------------------------------------------------------------------------------
 @pytest.mark.parametrize("folder", METHODS, ids=IDS)
 def test_method_package_shape(folder: Path) -> None:
     name = folder.name
@@ -37,6 +196,8 @@ def test_method_package_shape(folder: Path) -> None:
         assert (folder / required).exists(), f"{name}: missing {required}"
     for module in ("__init__.py", "functional.py", "algorithm.py"):
         assert (source / module).exists(), f"{name}: missing src/cadence_{name}/{module}"
+    extra = {p.name for p in source.glob("*.py")} - {"__init__.py", "functional.py", "algorithm.py", "layers.py"}
+    assert not extra, f"{name}: a method package holds functional.py, algorithm.py (and layers.py), not {extra}"
     meta = tomllib.loads((folder / "pyproject.toml").read_text())
     assert meta["project"]["name"] == f"cadence-{name.replace('_', '-')}"
     assert meta["project"]["readme"] == "card.md"
@@ -45,39 +206,33 @@ def test_method_package_shape(folder: Path) -> None:
 
 
 @pytest.mark.parametrize("folder", METHODS, ids=IDS)
-def test_functional_imports_torch_only(folder: Path) -> None:
+def test_functional_imports_torch_and_building_blocks_only(folder: Path) -> None:
     functional = folder / "src" / f"cadence_{folder.name}" / "functional.py"
-    allowed_roots = {"torch", "cadence"} | set(sys.stdlib_module_names)
-    forbidden = {"cadence.trainer", "cadence.engine", "cadence.state", "cadence.algorithm", "cadence.callback"}
+    allowed = {"torch", f"cadence_{folder.name}"} | set(sys.stdlib_module_names)
     for name in _imports(functional):
-        assert name.split(".")[0] in allowed_roots, f"{functional.relative_to(ROOT)} imports {name}"
-        assert name not in forbidden, f"{functional.relative_to(ROOT)} imports the trainer side: {name}"
+        if name.startswith("cadence.ops."):
+            module = name.split(".")[2]
+            assert module in TORCH_ONLY_OPS, f"{functional.relative_to(ROOT)} imports {name}, not a building block"
+        else:
+            root = name.split(".")[0]
+            assert root in allowed, f"{functional.relative_to(ROOT)} imports {name}: torch and cadence.ops.<block> only"
 
 
 @pytest.mark.parametrize("folder", METHODS, ids=IDS)
-def test_methods_never_import_each_other(folder: Path) -> None:
+def test_methods_use_the_public_api_only(folder: Path) -> None:
+    """A method imports ``cadence`` and ``cadence.ops`` (its tests may also use ``cadence.testing``), and
+    never another method package."""
     own = f"cadence_{folder.name}"
-    for path in (folder / "src").rglob("*.py"):
+    public = {"cadence", "cadence.ops", "cadence.testing"}
+    for path in [*(folder / "src").rglob("*.py"), *(folder / "tests").rglob("*.py")]:
+        in_tests = "tests" in path.relative_to(folder).parts
         for name in _imports(path):
             root = name.split(".")[0]
             if root.startswith("cadence_") and root != own:
                 pytest.fail(f"{path.relative_to(ROOT)} imports another method package: {name}")
-
-
-def test_core_never_names_a_method_or_the_harness() -> None:
-    method_modules = {f"cadence_{p.name}" for p in METHODS} | {"cadence_harness"}
-    for path in (ROOT / "packages" / "core" / "src").rglob("*.py"):
-        for name in _imports(path):
-            assert name.split(".")[0] not in method_modules, f"{path.relative_to(ROOT)} imports {name}"
-
-
-def test_core_imports_no_heavy_optional_dependency_at_import_time() -> None:
-    import subprocess
-
-    code = (
-        "import sys, cadence, cadence.functional, cadence.algorithms, cadence.loggers, cadence.models; "
-        "print(sorted(m for m in ('mlflow', 'transformers', 'timm', 'torchvision', 'torchmetrics', 'sklearn') "
-        "if m in sys.modules))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]", f"import cadence pulled in: {result.stdout.strip()}"
+            if root != "cadence" or name in public or name.startswith("cadence.ops."):
+                continue
+            if in_tests and name.rpartition(".")[0] in public | {"cadence.engine"}:
+                continue  # `from cadence import Trainer` parses as cadence.Trainer; tests may use check_composition
+            parent = name.rpartition(".")[0]
+            assert parent in public, f"{path.relative_to(ROOT)} imports {name}: use `cadence` or `cadence.ops`"

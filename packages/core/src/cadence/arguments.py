@@ -7,7 +7,6 @@ infinities are not ratios, and a run that would train nothing is refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +109,3 @@ def check_checkpointing(
             raise TypeError(f"{name}={path!r} must be a path (str or pathlib.Path) or None")
     if autoresume and save_folder is None:
         raise ValueError("autoresume=True needs save_folder, where the checkpoints to resume from are written")
-
-
-def newer_checkpoints(existing: Iterable[Path], position: tuple[int, int]) -> list[Path]:
-    """The checkpoints of `existing` past `position` (epoch, batch): a run restarting there would overwrite them."""
-    from cadence.checkpoint import checkpoint_position
-
-    return [path for path in existing if (checkpoint_position(path) or (0, 0))[::-1] > position[::-1]]

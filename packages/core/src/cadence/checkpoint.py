@@ -30,6 +30,7 @@ __all__ = [
     "LATEST",
     "CheckpointError",
     "checkpoint_position",
+    "checkpoint_to_start_from",
     "find_latest",
     "find_resumable",
     "list_checkpoints",
@@ -226,3 +227,40 @@ def find_resumable(folder: str | Path) -> tuple[Path, dict[str, Any]] | None:
             "Restore a good copy, or move them out of the folder to start the run over",
         )
     return None
+
+
+def checkpoint_to_start_from(
+    save_folder: Path | None, load_path: str | Path | None, autoresume: bool, save_overwrite: bool
+) -> tuple[Path, dict[str, Any]] | None:
+    """(path, payload) a run starts from: `save_folder`'s newest loadable checkpoint with `autoresume`,
+    else `load_path`, else None; never a choice that would overwrite another run's checkpoints.
+
+    Refused (ValueError) unless ``save_overwrite``: a fresh run in a folder holding checkpoints,
+    and a run loaded from `load_path` into a folder holding checkpoints past it. Temporary files a
+    killed writer left in `save_folder` are removed first.
+    """
+    existing: list[Path] = []
+    if save_folder is not None:
+        remove_stale_temp_files(save_folder)
+        existing = list_checkpoints(save_folder)
+        if autoresume and existing:
+            found = find_resumable(save_folder)
+            if found is not None:
+                return found
+        if existing and load_path is None and not save_overwrite:
+            raise ValueError(
+                f"save_folder={str(save_folder)!r} already holds checkpoints; pass autoresume=True to "
+                "continue that run, choose an empty folder, or pass save_overwrite=True to write over them"
+            )
+    if load_path is None:
+        return None
+    payload = load_run_checkpoint(load_path)
+    loaded = (payload["timestamp"]["batch"], payload["timestamp"]["epoch"])
+    newer = [path for path in existing if (checkpoint_position(path) or (0, 0))[::-1] > loaded]
+    if newer and not save_overwrite:
+        raise ValueError(
+            f"save_folder={str(save_folder)!r} holds checkpoints past the one loaded from {load_path} "
+            f"({', '.join(p.name for p in newer[:3])}{', ...' if len(newer) > 3 else ''}); this run would write "
+            "over them. Use another save_folder, or pass save_overwrite=True"
+        )
+    return Path(load_path), payload

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 from cadence.ops.checks import check_number
 from cadence.time import Time, TimeLike, parse_time
@@ -34,6 +34,7 @@ __all__ = [
     "Scheduler",
     "StepScheduler",
     "compile_scheduler",
+    "compile_schedulers",
 ]
 
 
@@ -185,3 +186,21 @@ class MultiStepWithWarmupScheduler(Scheduler):
 def compile_scheduler(scheduler: Scheduler, state: State, optimizer: Optimizer, ssr: float) -> LambdaLR:
     """A torch scheduler whose every step sets ``lr = base_lr * scheduler(state, ssr)``."""
     return LambdaLR(optimizer, lambda _: scheduler(state, ssr))
+
+
+def compile_schedulers(schedulers: list[Any], state: State, ssr: float) -> list[tuple[LRScheduler, bool]]:
+    """(torch scheduler, steps every batch) pairs for the run, also set as ``state.schedulers``.
+
+    A cadence `Scheduler` becomes one `LambdaLR` per optimizer, stepped every batch; a torch
+    ``LRScheduler`` is kept and stepped every epoch.
+    """
+    compiled: list[tuple[LRScheduler, bool]] = []
+    for scheduler in schedulers:
+        if isinstance(scheduler, Scheduler):
+            if not state.optimizers:
+                raise ValueError("schedulers need optimizers; pass optimizers=...")
+            compiled += [(compile_scheduler(scheduler, state, optimizer, ssr), True) for optimizer in state.optimizers]
+        else:
+            compiled.append((scheduler, False))
+    state.schedulers = [scheduler for scheduler, _ in compiled]
+    return compiled

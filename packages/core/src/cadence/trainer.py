@@ -31,7 +31,6 @@ from cadence.arguments import (
     check_max_duration,
     check_microbatch_size,
     check_model,
-    newer_checkpoints,
     parse_device,
 )
 from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
@@ -47,7 +46,7 @@ from cadence.models.base import total_loss
 from cadence.nonfinite import NONFINITE_MODES, NonFiniteLossError, NonFiniteLossGuard
 from cadence.ops.checks import MAX_SEED, check_bool, check_choice
 from cadence.precision import Precision, autocast_context, make_grad_scaler
-from cadence.schedulers import Scheduler, compile_scheduler
+from cadence.schedulers import Scheduler, compile_schedulers
 from cadence.state import State
 from cadence.termination import RunTerminated, sigterm_raises
 from cadence.time import TimeLike, TimeUnit
@@ -203,11 +202,11 @@ class Trainer:
             model = self.state.model
             self.state.train_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=True).items()}
             self.state.eval_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=False).items()}
-            self._schedulers = self._compile_schedulers(schedulers_)
+            self._schedulers = compile_schedulers(schedulers_, self.state, self.ssr)
 
             # Load a checkpoint between BEFORE_LOAD and AFTER_LOAD; restore RNG last -----------
             self.engine.run_event(Event.BEFORE_LOAD)
-            resume_from = self._checkpoint_to_load(load_path, autoresume)
+            resume_from = ckpt.checkpoint_to_start_from(self.save_folder, load_path, autoresume, save_overwrite)
             if resume_from is not None:
                 self._load(*resume_from)
             self.engine.run_event(Event.AFTER_LOAD)
@@ -235,49 +234,6 @@ class Trainer:
         if loader is None:
             return None
         return prepare_loader(loader, seed=seed, rank=rank, world_size=world_size, train=False)
-
-    def _compile_schedulers(self, schedulers: list[Any]) -> list[tuple[LRScheduler, bool]]:
-        """(torch scheduler, steps every batch) pairs; cadence schedulers step every batch."""
-        compiled: list[tuple[LRScheduler, bool]] = []
-        for scheduler in schedulers:
-            if isinstance(scheduler, Scheduler):
-                if not self.state.optimizers:
-                    raise ValueError("schedulers need optimizers; pass optimizers=...")
-                for optimizer in self.state.optimizers:
-                    compiled.append((compile_scheduler(scheduler, self.state, optimizer, self.ssr), True))
-            else:
-                compiled.append((scheduler, False))
-        self.state.schedulers = [s for s, _ in compiled]
-        return compiled
-
-    def _checkpoint_to_load(self, load_path: str | Path | None, autoresume: bool) -> tuple[Path, dict[str, Any]] | None:
-        """(path, payload) to start from: ``save_folder``'s newest loadable checkpoint, else `load_path`."""
-        existing: list[Path] = []
-        if self.save_folder is not None:
-            if self.state.rank == 0:
-                ckpt.remove_stale_temp_files(self.save_folder)  # a writer killed mid-save left them
-            existing = ckpt.list_checkpoints(self.save_folder)
-            if autoresume and existing:
-                found = ckpt.find_resumable(self.save_folder)
-                if found is not None:
-                    return found
-            if existing and load_path is None and not self.save_overwrite:
-                raise ValueError(
-                    f"save_folder={str(self.save_folder)!r} already holds checkpoints; pass autoresume=True to "
-                    "continue that run, choose an empty folder, or pass save_overwrite=True to write over them"
-                )
-        if load_path is None:
-            return None
-        payload = ckpt.load_run_checkpoint(load_path)
-        position = (payload["timestamp"]["epoch"], payload["timestamp"]["batch"])
-        newer = newer_checkpoints(existing, position)
-        if newer and not self.save_overwrite:
-            raise ValueError(
-                f"save_folder={str(self.save_folder)!r} holds checkpoints past the one loaded from {load_path} "
-                f"({', '.join(p.name for p in newer[:3])}{', ...' if len(newer) > 3 else ''}); this run would write "
-                "over them. Use another save_folder, or pass save_overwrite=True"
-            )
-        return Path(load_path), payload
 
     def _load(self, path: Path, payload: dict[str, Any]) -> None:
         restored = snapshot.restore_run(self.state, payload, self.state.schedulers, path)
