@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ def image_methods() -> list[str]:
 
 @pytest.fixture
 def explode_plugin(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Make the test-only `explode` method discoverable, here and in worker processes."""
+    """Make the test-only methods (`explode`, `tuples_only`, `count`) discoverable, here and in worker processes."""
     monkeypatch.syspath_prepend(str(PLUGINS))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])))
     registry.cache_clear()
@@ -43,22 +44,46 @@ def explode_plugin(monkeypatch: pytest.MonkeyPatch) -> Any:
     registry.cache_clear()
 
 
+@pytest.fixture
+def counted(explode_plugin: Any) -> list[int]:
+    """The test method `count` is installed; the list records each construction (the process id)."""
+    from cadence_test_plugins.count import Count
+
+    Count.built.clear()
+    return Count.built
+
+
+# ResNet-20 on 8 synthetic 32x32 images, 2 batches of 4: seconds per run on a CPU.
+TINY: dict[str, Any] = {
+    "name": "tiny",
+    "model": "tv/resnet20",
+    "data": "synthetic",
+    "subset": 8,
+    "eval_subset": 8,
+    "duration": "2ba",
+    "batch_size": 4,
+    "eval_interval": "1ep",
+    "target_accuracy": 0.05,
+    "optimizer": {"name": "sgd", "lr": 0.05},
+}
+
+
 def make_tiny_recipe(**changes: Any) -> Recipe:
-    """ResNet-20 on 8 synthetic 32x32 images, 2 batches of 4: seconds per run on a CPU."""
-    values: dict[str, Any] = {
-        "name": "tiny",
-        "model": "tv/resnet20",
-        "data": "synthetic",
-        "subset": 8,
-        "eval_subset": 8,
-        "duration": "2ba",
-        "batch_size": 4,
-        "eval_interval": "1ep",
-        "target_accuracy": 0.05,
-        "optimizer": {"name": "sgd", "lr": 0.05},
-        **changes,
-    }
-    return parse_recipe(values, source="test")
+    """The tiny recipe, validated, with `changes`."""
+    return parse_recipe({**TINY, **changes}, source="test")
+
+
+@pytest.fixture
+def tiny_recipe_file(tmp_path: Path) -> Any:
+    """A factory: ``tiny_recipe_file(**changes)`` writes the tiny recipe as a file for the command line
+    (JSON, which YAML reads) and returns its path."""
+
+    def write(**changes: Any) -> str:
+        path = tmp_path / "tiny.yaml"
+        path.write_text(json.dumps({**TINY, **changes}))
+        return str(path)
+
+    return write
 
 
 @pytest.fixture

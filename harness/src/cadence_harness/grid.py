@@ -211,16 +211,16 @@ def run_grid(
     from tqdm.auto import tqdm
 
     require_device(recipe.device)
-    uri = resolve_tracking_uri(tracking_uri)
     specs = expand(recipe)
-    tags = grid_tags(recipe, specs, command or shlex.join(["cadence-bench", *sys.argv[1:]]))
     mine = select_shard(specs, *shard)
+    check_arms(recipe, mine, data_dir, download)  # before anything is written anywhere
+    uri = resolve_tracking_uri(tracking_uri)
+    tags = grid_tags(recipe, specs, command or shlex.join(["cadence-bench", *sys.argv[1:]]))
     done = {} if rerun_finished else finished_config_hashes(uri, recipe.name)
     result = GridResult(planned=len(mine))
     todo = []
     for spec in mine:
         (result.skipped if spec.config_hash in done else todo).append(spec)
-    check_arms(recipe, todo, data_dir, download)
     bar = tqdm(total=len(todo), desc=f"grid {recipe.name}", unit="run", disable=not progress, dynamic_ncols=True)
 
     def launch(spec: RunSpec) -> tuple[RunSpec, str | None, float]:

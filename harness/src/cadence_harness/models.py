@@ -49,8 +49,8 @@ def family(name: str) -> tuple[str, str]:
     """Split ``"tv/resnet20"`` into ``("tv", "resnet20")``."""
     prefix, _, arch = name.partition("/")
     if prefix not in FAMILIES or not arch:
-        close = difflib.get_close_matches(prefix, FAMILIES, n=1) if arch else []
-        hint = f"did you mean {close[0]}/{arch}? " if close else ""
+        close = difflib.get_close_matches(prefix, FAMILIES, n=1, cutoff=0.5) if arch else []
+        hint = f"did you mean '{close[0]}/{arch}'? " if close else ""
         raise ValueError(
             f"`model` = {name!r}: {hint}write tv/<name>, timm/<name> or hf/<name-or-folder>, e.g. tv/resnet20"
         )

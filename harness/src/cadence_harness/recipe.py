@@ -79,6 +79,7 @@ SCHEDULES: dict[str, type[cadence_schedulers.Scheduler] | None] = {
 LOADERS = ("tensor", "dataloader")
 AUGMENTS = ("none", "flip", "flip_crop")
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
+DEFAULT_GRID: dict[str, Any] = {"arms": ["baseline", "each"]}
 
 
 class RecipeError(ValueError):
@@ -123,7 +124,7 @@ class Recipe:
     optimizer: dict[str, Any] = field(default_factory=lambda: {"name": "sgd", "lr": 0.1})
     schedule: dict[str, Any] = field(default_factory=lambda: {"name": "constant"})
     methods: dict[str, dict[str, Any]] = field(default_factory=dict)
-    grid: dict[str, Any] = field(default_factory=lambda: {"arms": ["baseline", "each"]})
+    grid: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(DEFAULT_GRID))
     source: str = ""  # the file it came from (not part of any run's identity)
     # The instance of each method that validation built (not a setting: never serialised nor compared).
     _algorithms: dict[str, Algorithm] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -395,7 +396,7 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
     _validate_optimizer(optimizer)
     schedule = {"name": "constant", **dict(values.get("schedule", {}))}
     _validate_schedule(schedule)
-    grid = _resolve_grid(values.get("grid", {"arms": ["baseline", "each"]}))
+    grid = _resolve_grid(values.get("grid", DEFAULT_GRID))
     used = [*methods, *grid.get("methods", []), *(name for combo in grid.get("combinations", []) for name in combo)]
     algorithms = {name: build_algorithm(name, methods.get(name, {})) for name in dict.fromkeys(used)}  # once each
     kwargs = {k: v for k, v in values.items() if k not in ("methods", "optimizer", "schedule", "grid", "seeds")}
@@ -498,7 +499,7 @@ def load_recipe(
         values, origin = read_recipe_file(path), str(path)
     values = apply_overrides(values, overrides or {})
     if grid:
-        values["grid"] = {**values.get("grid", {}), **grid}
+        values["grid"] = {**values.get("grid", DEFAULT_GRID), **grid}
         if "methods" in grid:
             values["grid"].pop("exclude", None)
     for method in methods:

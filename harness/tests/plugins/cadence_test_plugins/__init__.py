@@ -1,41 +1,6 @@
-"""A method package used only by the harness tests: a method that crashes its run on purpose.
+"""Method packages used only by the harness tests, one module per method (each its own entry point):
+`explode` crashes its run on purpose, `tuples_only` refuses dict batches, `count` counts its constructions.
 
-It is found through the same entry point group as real methods (``cadence.methods``), via the
-``.dist-info`` folder next to it, when this folder is on ``sys.path`` / ``PYTHONPATH``.
+They are found through the same entry point group as real methods (``cadence.methods``), via the
+``.dist-info`` folder next to this package, when its folder is on ``sys.path`` / ``PYTHONPATH``.
 """
-
-from __future__ import annotations
-
-import os
-from typing import Any
-
-from cadence import Algorithm, Event, State
-
-__all__ = ["Explode"]
-
-
-class Explode(Algorithm):
-    """Ends the process abruptly (no Python exception, no chance to log) on the first batch of seed `on_seed`.
-
-    Only while ``$CADENCE_TEST_EXPLODE`` is set, so a rerun of the same configuration can succeed.
-    """
-
-    events = (Event.AFTER_DATALOADER,)
-
-    def __init__(self, on_seed: int = 1, how: str = "exit"):
-        if how not in ("exit", "raise"):
-            raise ValueError(f"how={how!r} must be 'exit' or 'raise'")
-        self.on_seed = on_seed
-        self.how = how
-
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.AFTER_DATALOADER
-
-    def apply(self, event: Event, state: State, logger: Any) -> None:
-        if os.environ.get("CADENCE_TEST_EXPLODE") and state.rank_zero_seed == self.on_seed:
-            if self.how == "raise":
-                raise RuntimeError("exploded on purpose")
-            os._exit(7)
-
-    def __repr__(self) -> str:
-        return f"Explode(on_seed={self.on_seed}, how={self.how!r})"
