@@ -4,13 +4,13 @@ SHELL := /bin/bash
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
-MEMBERS := packages/core packages/mlflow $(sort $(wildcard packages/methods/*)) $(wildcard harness)
+MEMBERS := packages/core packages/mlflow $(patsubst %/,%,$(sort $(wildcard packages/methods/*/))) $(wildcard harness)
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test lint fmt demo bench cards clean
+.PHONY: help install test lint fmt demo bench cards new-method clean
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 # Reinstalls only when a pyproject.toml changed; otherwise it is a no-op.
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(MEMBERS))
@@ -42,6 +42,10 @@ bench: $(STAMP) ## benchmarks: trainer overhead and method costs, measured side 
 
 cards: $(STAMP) ## write measured results from the MLflow store into the method cards and method_cards/INDEX.md
 	$(PY) -m cadence_harness report --cards $(REPORT_ARGS)
+
+new-method: ## scaffold packages/methods/$(NAME) (e.g. make new-method NAME=stochastic_depth); see packages/methods/README.md
+	@test -n "$(NAME)" || { echo "make new-method: give the method's folder name, e.g. make new-method NAME=stochastic_depth" >&2; exit 2; }
+	python3 packages/methods/new_method.py $(NAME)
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache

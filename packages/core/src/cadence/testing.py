@@ -15,7 +15,9 @@ the functional keeps dtype and device (and shape, unless the method resizes); th
 algorithm trains two batches; its ``state_dict`` round-trips through a checkpoint file;
 a run resumed from a mid-epoch checkpoint ends bitwise equal to the uninterrupted run;
 it composes with a no-op method without changing the result; it handles batch sizes 1,
-2, 3 and an odd last batch; it is never matched on an event it did not declare.
+2, 3 and an odd last batch; it is never matched on an event it did not declare; its
+``check_applicable`` accepts the batches it trains on; a method that draws random numbers
+takes ``seed=`` and is reproducible from it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from cadence.engine import check_composition
 from cadence.event import Event
 from cadence.loggers.in_memory import InMemoryLogger
 from cadence.models.classifier import Classifier
+from cadence.ops.method import RandomMethod
 from cadence.state import State
 from cadence.trainer import Trainer
 
@@ -344,3 +347,25 @@ class MethodConformance:
             f"{algorithm.name}.match returned True on undeclared events {sorted(e.value for e in spy.undeclared)}; "
             "add them to `events`"
         )
+
+    def test_accepts_its_own_batches(self) -> None:
+        batch = next(iter(DataLoader(self.make_dataset(4), batch_size=2)))
+        self.make_algorithm().check_applicable(self.make_model(), batch)
+
+    def test_random_methods_take_a_seed(self) -> None:
+        algorithm = self.make_algorithm()
+        if not isinstance(algorithm, RandomMethod):
+            return
+        import inspect
+
+        seed = inspect.signature(type(algorithm)).parameters.get("seed")
+        assert seed is not None and seed.kind is inspect.Parameter.KEYWORD_ONLY and seed.default is None, (
+            f"{algorithm.name} draws random numbers: its constructor takes a keyword-only `seed: int | None = None`"
+        )
+        runs = []
+        for _ in range(2):
+            seeded = type(algorithm)(**{**algorithm.hparams(), "seed": 5})
+            trainer = self._trainer([seeded])
+            trainer.fit()
+            runs.append(trainer.state.model.state_dict())
+        assert_same_tensors(runs[0], runs[1], f"two runs of {algorithm.name}(seed=5)")
