@@ -85,6 +85,20 @@ def test_tensor_loader_batches_shuffles_per_epoch_and_repeats_per_seed() -> None
     assert len(TensorLoader((x, y), batch_size=4, shuffle=False)) == 3
 
 
+def test_peek_shows_the_first_batch_of_the_next_epoch_without_advancing() -> None:
+    x, y = torch.randint(0, 256, (10, 3, 8, 8), dtype=torch.uint8), torch.arange(10)
+
+    def loader() -> TensorLoader:
+        return TensorLoader((x, y), batch_size=4, shuffle=True, drop_last=True, seed=3, augment=make_augment("flip", 8))
+
+    peeked, untouched = loader(), loader()
+    images, labels = peeked.peek()
+    epochs, expected = [list(peeked) for _ in range(2)], [list(untouched) for _ in range(2)]
+    assert torch.equal(images, expected[0][0][0]) and torch.equal(labels, expected[0][0][1])
+    pairs = [(a, b) for got, want in zip(epochs, expected) for batches in zip(got, want) for a, b in zip(*batches)]
+    assert len(pairs) == 8 and all(torch.equal(a, b) for a, b in pairs)
+
+
 def test_text_batches_are_dicts_trimmed_to_their_longest_sample() -> None:
     ids = torch.tensor([[1, 2, 0, 0], [3, 0, 0, 0], [4, 5, 6, 0]])
     mask = (ids != 0).long()

@@ -74,9 +74,7 @@ def test_a_refused_grid_starts_no_worker(explode_plugin: Any, tiny_recipe: Any, 
     assert nothing_logged(tmp_path)
 
 
-# Needs the method packages' own check_applicable (LabelSmoothing refusing dict batches read at
-# target_key=1), which lands in packages/methods separately: until then this run is accepted and the
-# test fails; it passes as soon as label_smoothing implements the check.
+# The real method's own check_applicable (in packages/methods/label_smoothing), through the same path.
 def test_label_smoothing_on_a_text_model_is_refused(
     capsys: pytest.CaptureFixture[str], tiny_recipe_file: Any, tracking_uri: str, tmp_path: Path
 ) -> None:
@@ -84,7 +82,8 @@ def test_label_smoothing_on_a_text_model_is_refused(
         pytest.skip("label_smoothing is not installed")
     text = tiny_recipe_file(model="hf/bert-tiny", data="synthetic_text", max_length=16)
     line = refused(capsys, "run", ["run", text, "--methods", "label_smoothing", "--tracking-uri", tracking_uri])
-    assert "LabelSmoothing" in line and "target_key='labels'" in line
+    assert "LabelSmoothing reads the class targets at target_key=1, but the batches are dicts" in line
+    assert "labels (Tensor 4 int64)" in line  # a training batch (batch_size 4), not an evaluation batch
     assert nothing_logged(tmp_path)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from cadence_harness.preflight import check_applicable, first_batch, require_device
+from cadence_harness.preflight import check_applicable, require_device, sample_batch
 from cadence_harness.recipe import Recipe, RecipeError
 from cadence_harness.runspec import TAG, RunSpec, config_hash
 from cadence_harness.tracking import finished_config_hashes, mark_failed, resolve_tracking_uri
@@ -72,12 +72,12 @@ def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None
         for name in spec.arm:
             if spec.arm_name not in arms.setdefault(name, []):
                 arms[name].append(spec.arm_name)
-    if not arms:
+    if not specs:
         return
     seed, cpu = specs[0].seed, torch.device("cpu")
     data = build_data(recipe, seed, cpu, data_dir, download)
-    model = build_model(recipe, data)
-    check_applicable(((name, recipe.algorithm(name)) for name in arms), model, first_batch(data.eval, cpu), arms)
+    batch = sample_batch(data.train, data.eval, cpu)
+    check_applicable(((name, recipe.algorithm(name)) for name in arms), build_model(recipe, data), batch, arms)
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -111,12 +111,20 @@ class TensorLoader:
         return torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
 
     def __iter__(self) -> Iterator[Any]:
-        order = self._order()
-        self._generator.manual_seed(self.seed * 7919 + self.epoch)
+        order = self._start_epoch()
         self.epoch += 1
         for start in range(0, len(self) * self.batch_size, self.batch_size):
             index = order[start : start + self.batch_size]
             yield self._batch(index)
+
+    def _start_epoch(self) -> torch.Tensor:
+        """The epoch's sample order; the augmentation generator restarts from the epoch's seed."""
+        self._generator.manual_seed(self.seed * 7919 + self.epoch)
+        return self._order()
+
+    def peek(self) -> Any:
+        """The first batch the next epoch will yield, without advancing anything (for checks before training)."""
+        return self._batch(self._start_epoch()[: self.batch_size])
 
     def _batch(self, index: torch.Tensor) -> Any:
         device_index = index.to(self.device)

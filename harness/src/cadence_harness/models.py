@@ -195,7 +195,9 @@ def _trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
         tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
+        tokenizer.train_from_iterator(
+            texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+        )
         cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
         tokenizer.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
@@ -213,7 +215,10 @@ def _trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")

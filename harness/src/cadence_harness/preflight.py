@@ -15,7 +15,7 @@ from cadence import Algorithm, NotApplicableError
 from cadence.batch import batch_to_device
 from cadence_harness.recipe import RecipeError
 
-__all__ = ["check_applicable", "first_batch", "require_device"]
+__all__ = ["check_applicable", "require_device", "sample_batch"]
 
 
 def require_device(device: str) -> torch.device:
@@ -30,9 +30,14 @@ def require_device(device: str) -> torch.device:
     return torch.device("cpu")
 
 
-def first_batch(loader: Iterable[Any], device: torch.device) -> Any:
-    """The loader's first batch on `device`, as the Trainer would hand it to the methods."""
-    return batch_to_device(next(iter(loader)), device)
+def sample_batch(train: Iterable[Any], evaluate: Iterable[Any], device: torch.device) -> Any:
+    """A batch as the Trainer hands them to the methods, on `device`, drawn without disturbing training.
+
+    The first training batch when the loader can show it without advancing (`TensorLoader.peek`),
+    else the first evaluation batch (same structure, dtypes and keys; no randomness, no workers).
+    """
+    peek = getattr(train, "peek", None)
+    return batch_to_device(peek() if peek is not None else next(iter(evaluate)), device)
 
 
 def check_applicable(
