@@ -60,6 +60,12 @@ def test_the_scaffold_is_a_well_formed_method_package(tmp_path: Path) -> None:
     code = "\n".join(re.findall(r"```python\n(.*?)```", card, re.S))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(package))
     assert result.returncode == 0, result.stderr  # the card's code blocks run
+    for command in (["check"], ["format", "--check"]):  # `make lint` passes on a fresh scaffold
+        lint = subprocess.run(
+            [sys.executable, "-m", "ruff", *command, "--config", str(ROOT / "pyproject.toml"), str(package)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 @pytest.mark.parametrize("name", ["StochasticDepth", "1st", "class", "a-b", ""])

@@ -47,7 +47,7 @@ dependencies = ["cadence>=0.1", "torch>=2.4"]
 [tool.setuptools.packages.find]
 where = ["src"]
 ''',
-        f"src/cadence_{name}/__init__.py": f'''"""{cls} for cadence: one line on what it does (scaffold: replace it, and cite the paper).
+        f"src/cadence_{name}/__init__.py": f'''"""{cls} for cadence: what it does and the paper (scaffold).
 
 `{fn}` is the function for your own training loop; `{cls}` is the method for `cadence.Trainer`.
 """
@@ -57,7 +57,7 @@ from cadence_{name}.functional import {fn} as {fn}
 
 __all__ = ["{cls}", "{fn}"]
 ''',
-        f"src/cadence_{name}/functional.py": f'''"""{cls} as pure tensor functions (scaffold: the paper's reference here). Torch only."""
+        f"src/cadence_{name}/functional.py": f'''"""{cls} as pure tensor functions (cite the paper). Torch only."""
 
 from __future__ import annotations
 
@@ -122,8 +122,8 @@ class {cls}(RandomMethod):
     def apply(self, event: Event, state: State, logger: Any) -> None:
         if event is Event.INIT:
             return self.setup_generators(state)
-        images = state.batch_get_item(self.input_key)
-        state.batch_set_item(self.input_key, {fn}(images, self.strength, generator=self.generator("{name}")))
+        images, generator = state.batch_get_item(self.input_key), self.generator("{name}")
+        state.batch_set_item(self.input_key, {fn}(images, self.strength, generator=generator))
 
     def effects(self) -> Effects:
         return Effects(reads={{Resource.INPUTS}}, writes={{Resource.INPUTS}})
@@ -171,7 +171,7 @@ def test_bad_hyperparameters_are_refused_naming_the_argument(strength: object) -
     with pytest.raises(ValueError, match="`strength`"):
         {fn}(torch.rand(1, 3, 4, 4), strength=strength)  # type: ignore[arg-type]
 ''',
-        "card.md": f'''---
+        "card.md": f"""---
 name: {cls}
 method: {name}
 tldr: One line saying what the method does and why it can speed training up (scaffold).
@@ -183,7 +183,7 @@ touches:
   writes: [batch inputs]
 exclusive: []
 conflicts: []
-applicability: "image batches (N, C, H, W) on any device (scaffold: say what models, data and batch formats it works on)"
+applicability: "image batches (N, C, H, W) on any device (scaffold: the models, data and batches it fits)"
 functional: [{fn}]
 ---
 
@@ -252,7 +252,7 @@ The paper, and the implementations consulted.
 <!-- results:start -->
 No measurements yet. `cadence-bench report` writes the harness's measured results here.
 <!-- results:end -->
-''',
+""",
     }
 
 

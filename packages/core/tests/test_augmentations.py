@@ -32,7 +32,9 @@ def _params(key: str, n: int, seed: int = 0) -> torch.Tensor:
 
 
 def _matrices(n: int, height: int, width: int) -> torch.Tensor:
-    ops = torch.tensor([image_ops.OPS.index(op) for op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")])
+    ops = torch.tensor(
+        [image_ops.OPS.index(op) for op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")]
+    )
     op_ids = ops[torch.arange(n) % len(ops)]
     values = torch.tensor([13.0, 0.2, -0.25, 5.0, -4.0, -29.0, -0.1, 0.3, -7.0, 3.0])[:n]
     return image_ops.affine_matrix(op_ids, values, height, width)
@@ -113,9 +115,13 @@ def test_point_and_enhance_ops_match_pil() -> None:
     for factor in (0.1, 0.8, 1.6, 4.0):
         slack = 1 if factor < 2 else 2  # PIL rounds the degenerate image, then extrapolates its error
         _assert_near_pil(pixels.color(image, one(factor))[0], _from_pil(enhance.Color(pil).enhance(factor)), slack)
-        _assert_near_pil(pixels.contrast(image, one(factor))[0], _from_pil(enhance.Contrast(pil).enhance(factor)), slack)
+        _assert_near_pil(
+            pixels.contrast(image, one(factor))[0], _from_pil(enhance.Contrast(pil).enhance(factor)), slack
+        )
         _assert_near_pil(pixels.brightness(image, one(factor))[0], _from_pil(enhance.Brightness(pil).enhance(factor)))
-        _assert_near_pil(pixels.sharpness(image, one(factor))[0], _from_pil(enhance.Sharpness(pil).enhance(factor)), slack)
+        _assert_near_pil(
+            pixels.sharpness(image, one(factor))[0], _from_pil(enhance.Sharpness(pil).enhance(factor)), slack
+        )
 
 
 @pytest.mark.parametrize(
@@ -296,7 +302,9 @@ def test_add_dataset_transform_goes_before_to_tensor_in_a_copy() -> None:
 def test_add_dataset_transform_runs_first_otherwise() -> None:
     calls: list[str] = []
     dataset = _Dataset(lambda image: calls.append("users") or image)
-    dataset_transforms.add_dataset_transform(torch.utils.data.DataLoader(dataset), lambda image: calls.append("ours") or image)
+    dataset_transforms.add_dataset_transform(
+        torch.utils.data.DataLoader(dataset), lambda image: calls.append("ours") or image
+    )
     dataset[0]
     assert calls == ["ours", "users"]
     plain = _Dataset(None)
