@@ -298,7 +298,6 @@ def test_trainer_run_lands_in_mlflow(sqlite_uri: str, tmp_path: Path) -> None:
     )
     trainer.fit()
     trainer.close()
-    tracking.finish("FINISHED")  # what the trainer calls once per run (trainer.close() will, once it owns the end)
 
     client = MlflowClient(sqlite_uri)
     run = client.get_run(tracking.run_id)
@@ -375,7 +374,6 @@ def test_trainer_crash_and_autoresume_continue_the_same_run(sqlite_uri: str, tmp
     trainer = make_trainer(second, [])
     trainer.fit()  # batches 7-12; 7-9 were logged before the crash
     trainer.close()
-    second.finish("FINISHED")  # what the trainer calls once per run (trainer.close() will, once it owns the end)
     client = MlflowClient(sqlite_uri)
     run = client.get_run(first.run_id)
     assert second.run_id == first.run_id and run.info.status == "FINISHED"

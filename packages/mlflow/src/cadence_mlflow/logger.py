@@ -104,12 +104,11 @@ class MLFlowLogger(LoggerDestination):
                                  self._notices.defer)  # fmt: skip
         user_tags = self._record.add_tags(tags or {})
         try:
-            opened = self._open(run_id, user_tags, connect_timeout_s)
+            run, opened = self._open(run_id, user_tags, connect_timeout_s)
         except BaseException:
             shutil.rmtree(self._staging, ignore_errors=True)
             raise
-        run = self._run
-        assert run is not None
+        self._run = run
         meta = {"tracking_uri": self.tracking_uri, "run_id": run.run_id, "experiment_name": experiment_name,
                 "offline": run.offline}  # fmt: skip
         self._spool = SpoolFiles(self.spill_dir / "spool" / run.run_id, meta)
@@ -133,20 +132,20 @@ class MLFlowLogger(LoggerDestination):
         self._atexit = functools.partial(_finish_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
 
-    def _open(self, run_id: str | None, tags: dict[str, str], timeout_s: float) -> Opened | None:
-        """Open the run on the tracking server (None: offline, in the spill store, when the server is unreachable)."""
+    def _open(self, run_id: str | None, tags: dict[str, str], timeout_s: float) -> tuple[Run, Opened | None]:
+        """The run on the tracking server and what it holds; or, when the server is unreachable, offline in the
+        spill store (and nothing it holds)."""
         try:
             opened = open_run(self.tracking_uri, self.experiment_name, self.run_name, run_id, tags, timeout_s)
         except Unreachable as err:
-            self._run = self._spill.open_offline(run_id, tags, err.cause)
+            run = self._spill.open_offline(run_id, tags, err.cause)
             self._notices.warn(
                 f"MLflow tracking at {self.tracking_uri} could not be reached ({short(err.cause)}); this run is "
-                f"logged offline to the local MLflow store {self._spill.uri} (run {self._run.run_id}). Import it "
+                f"logged offline to the local MLflow store {self._spill.uri} (run {run.run_id}). Import it "
                 f"when the server is reachable with:\n    {self._spill.import_hint}"
             )
-            return None
-        self._run = opened.run
-        return opened
+            return run, None
+        return opened.run, opened
 
     @property
     def run_id(self) -> str | None:
@@ -195,14 +194,14 @@ class MLFlowLogger(LoggerDestination):
         """
         if self._inert or self._finished:
             return
+        self._notices.emit()  # before queueing: what the threads make of these params comes at the next call
         new, changed = self._record.add_params(params, self.run_id)
+        params_json = self._stage_params_json() if changed else None  # the full values, hashed in a tag
         self._outbox.add_params(new)
-        if changed:  # the full values, as an artifact whose hash is a tag
-            params_json = self._stage_params_json()
+        if changed:
             self._outbox.add_tags({TAG_PARAMS_HASH: self._record.tags[TAG_PARAMS_HASH]})
-            if params_json is not None:
-                self._outbox.add_artifact(params_json)
-        self._notices.emit()
+        if params_json is not None:
+            self._outbox.add_artifact(params_json)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set tags of the run (values as stable strings, cut to 5000 characters)."""

@@ -245,11 +245,13 @@ class Outbox:
     @contextlib.contextmanager
     def in_request(self) -> Iterator[None]:
         """Around each call to the server, so that `struggling` sees a request that hangs."""
-        self._request_started = time.monotonic()
+        with self._lock:
+            self._request_started = time.monotonic()
         try:
             yield
         finally:
-            self._request_started = 0.0
+            with self._lock:
+                self._request_started = 0.0
 
     def delivered(self, request: Request) -> int:
         """Forget what `request` carried; returns how many consecutive failures this success ends."""

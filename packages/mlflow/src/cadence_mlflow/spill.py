@@ -79,7 +79,7 @@ class SpoolFiles:
     """
 
     def __init__(self, folder: Path, meta: Mapping[str, Any]):
-        self.folder, self.meta = folder, dict(meta)
+        self.folder, self._meta = folder, dict(meta)
         self._lock = threading.Lock()
         self._files: deque[Path] = deque()
         self._offset = 0  # bytes of the first file already delivered
@@ -94,7 +94,7 @@ class SpoolFiles:
             self.folder.mkdir(parents=True, exist_ok=True)
             meta = self.folder / "meta.json"
             if not meta.exists():
-                meta.write_text(json.dumps(self.meta, indent=1))
+                meta.write_text(json.dumps(self._meta, indent=1))
             self._written += 1
             path = self.folder / f"{self._written:06d}.jsonl"
             partial = path.with_suffix(".partial")
@@ -140,7 +140,7 @@ class SpoolFiles:
         """All of `points` in ``final.jsonl``, `extra` (params, tags, status) in ``meta.json``; raises OSError."""
         self.folder.mkdir(parents=True, exist_ok=True)
         _write_lines(self.folder / "final.jsonl", points)
-        (self.folder / "meta.json").write_text(json.dumps({**self.meta, **extra}, indent=1))
+        (self.folder / "meta.json").write_text(json.dumps({**self._meta, **extra}, indent=1))
         self.forget()  # their points are in final.jsonl now
 
     def remove_folder(self) -> None:
