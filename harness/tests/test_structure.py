@@ -73,7 +73,9 @@ def test_data_and_model_are_built_apart(tiny_recipe: Any) -> None:
     image = tiny_recipe()
     data = run.build_data(image, 0, torch.device("cpu"), None, False)
     images, labels = next(iter(data.train))
-    assert images.shape == (4, 3, 32, 32) and labels.dtype == torch.int64 and data.source.startswith("synthetic")
+    assert (
+        images.shape == (4, 3, 32, 32) and labels.dtype == torch.int64 and data.dataset.source.startswith("synthetic")
+    )
     assert run.build_model(image, data)((images, labels)).shape == (4, 10)
 
     text = tiny_recipe(model="hf/bert-tiny", data="synthetic_text", max_length=16)

@@ -38,7 +38,7 @@ import torch
 
 from cadence import Algorithm
 from cadence import schedulers as cadence_schedulers
-from cadence.registry import canonical_name, registry
+from cadence.registry import MethodInfo, canonical_name, registry
 from cadence.time import Time, TimeUnit
 
 if sys.version_info >= (3, 11):
@@ -216,7 +216,7 @@ def _check_kwargs(key: str, kwargs: Mapping[str, Any], target: Any, exclude: tup
             )
 
 
-def _method_info(name: Any) -> Any:
+def _method_info(name: Any) -> MethodInfo:
     """The registry entry of method `name` (any spelling: ``mixup``, ``MixUp``, ``mix-up``); errors suggest."""
     if not isinstance(name, str):
         raise _fail("methods", name, "method names are strings, e.g. 'mixup'")
@@ -307,7 +307,8 @@ def _resolve_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
         if key not in known:
             raise _unknown_key(f"grid.{key}", known, "grid")
     resolved = dict(grid)
-    exclude = _excluded(resolved.pop("exclude", []))
+    given_exclude = resolved.pop("exclude", [])
+    exclude = _excluded(given_exclude)
     arms = resolved.get("arms", [])
     if not isinstance(arms, list):
         raise _fail("grid.arms", arms, f"must be a list of {', '.join(ARMS)}")
@@ -317,7 +318,7 @@ def _resolve_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
     if names == "installed":
         resolved["methods"] = [name for name in sorted(registry().methods) if name not in exclude]
     elif exclude:
-        raise _fail("grid.exclude", sorted(exclude), 'only applies with methods = "installed"')
+        raise _fail("grid.exclude", given_exclude, 'only applies with methods = "installed"')
     elif names is not None:
         if not isinstance(names, list):
             raise _fail("grid.methods", names, 'must be a list of method names, or "installed"')

@@ -147,13 +147,12 @@ def params_of(spec: RunSpec, algorithms: list[Algorithm]) -> dict[str, Any]:
 # Building the run -----------------------------------------------------------------------
 @dataclass
 class RunData:
-    """What a run trains and evaluates on: the two loaders, the dataset behind them, where it came from,
-    and for text the tokenizer the model must share."""
+    """What a run trains and evaluates on: the two loaders, the dataset behind them, and for text the
+    tokenizer the model must share."""
 
     train: Any
     eval: Any
     dataset: datasets.ImageData | datasets.TextData
-    source: str
     tokenizer: Any = None
 
 
@@ -173,7 +172,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
                 (dataset.test_text, dataset.test_y, eval_batch_size, False),
             )
         )
-        return RunData(train, evaluate, dataset, dataset.source, tokenizer)
+        return RunData(train, evaluate, dataset, tokenizer)
     if recipe.loader == "dataloader":
         train = loaders.image_dataloader(
             dataset.train_x,
@@ -186,7 +185,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
         evaluate = loaders.image_dataloader(
             dataset.test_x, dataset.test_y, batch_size=eval_batch_size, train=False, augment="none", num_workers=0
         )
-        return RunData(train, evaluate, dataset, dataset.source)
+        return RunData(train, evaluate, dataset)
     augment = loaders.make_augment(recipe.augment, int(dataset.train_x.shape[-1]))
     common = {"seed": seed, "channels_last": recipe.channels_last}
     train = loaders.TensorLoader(
@@ -200,7 +199,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
     evaluate = loaders.TensorLoader(
         (dataset.test_x.to(device), dataset.test_y.to(device)), batch_size=eval_batch_size, shuffle=False, **common
     )
-    return RunData(train, evaluate, dataset, dataset.source)
+    return RunData(train, evaluate, dataset)
 
 
 def _text_loader(
@@ -313,7 +312,7 @@ def execute(
         if run_id_file is not None:
             Path(run_id_file).write_text(mlflow_logger.run_id)
         mlflow_logger.log_hyperparameters(
-            {**params_of(spec, algorithms), **environment(device), "data_source": data.source}
+            {**params_of(spec, algorithms), **environment(device), "data_source": data.dataset.source}
         )
         _log_config(mlflow_logger, spec)
         trainer = cadence.Trainer(
