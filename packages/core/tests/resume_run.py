@@ -1,9 +1,10 @@
 """A training run used by test_checkpoint.py: optionally SIGKILLs itself right after a checkpoint.
 
-    python resume_run.py FOLDER OUT [--kill-at BATCH]
+    python resume_run.py FOLDER OUT [--kill-at BATCH] [--workers N]
 
 It trains with everything that must survive a resume: shuffled data, dropout (global RNG),
-a method with its own generator, Adam state and a warm-up + cosine schedule. At the end it
+a method with its own generator, Adam state and a warm-up + cosine schedule; with ``--workers``,
+DataLoader worker processes and a dataset whose samples draw random noise. At the end it
 saves the final model and optimizer state and every logged loss to OUT.
 """
 
@@ -14,7 +15,7 @@ import os
 import signal
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from cadence import Algorithm, Callback, Effects, Event, InMemoryLogger, Resource, Trainer
 from cadence.ops import MethodRNG
@@ -52,6 +53,19 @@ class InputNoise(Algorithm):
         self.rng.load_state_dict(state["rng"])
 
 
+class NoisySamples(Dataset):
+    """A random transform of each sample, drawn from the global RNG of whichever process reads it."""
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor):
+        self.inputs, self.labels = inputs, labels
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, index: int):
+        return self.inputs[index] + 0.1 * torch.randn(self.inputs.shape[1:]), self.labels[index]
+
+
 class KillAfterCheckpoint(Callback):
     def __init__(self, batch: int):
         self.batch = batch
@@ -66,17 +80,19 @@ def main() -> None:
     parser.add_argument("folder")
     parser.add_argument("out")
     parser.add_argument("--kill-at", type=int, default=None)
+    parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args()
 
     data = torch.Generator().manual_seed(3)
-    dataset = TensorDataset(torch.randn(96, 16, generator=data), torch.randint(0, 4, (96,), generator=data))
+    inputs, labels = torch.randn(96, 16, generator=data), torch.randint(0, 4, (96,), generator=data)
+    dataset = NoisySamples(inputs, labels) if args.workers else TensorDataset(inputs, labels)
     torch.manual_seed(0)
     model = mlp_classifier(16, 4, hidden=32, dropout=0.2)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     logger = InMemoryLogger()
     trainer = Trainer(
         model=model,
-        train_dataloader=DataLoader(dataset, batch_size=8, shuffle=True),  # 12 batches per epoch
+        train_dataloader=DataLoader(dataset, batch_size=8, shuffle=True, num_workers=args.workers),  # 12 batches
         max_duration="3ep",
         optimizers=optimizer,
         schedulers=CosineAnnealingWithWarmupScheduler(t_warmup="5ba"),

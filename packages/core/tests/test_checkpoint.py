@@ -18,21 +18,23 @@ from cadence.testing import assert_same_tensors, mlp_classifier
 SCRIPT = Path(__file__).with_name("resume_run.py")
 
 
-def _run(folder: Path, out: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), str(folder), str(out)]
+def _run(folder: Path, out: Path, kill_at: int | None = None, workers: int = 0) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(SCRIPT), str(folder), str(out), "--workers", str(workers)]
     if kill_at is not None:
         command += ["--kill-at", str(kill_at)]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
-def test_sigkilled_run_autoresumes_bitwise_equal(tmp_path: Path) -> None:
-    whole = _run(tmp_path / "whole", tmp_path / "whole.pt")
+# workers=2: DataLoader worker processes and a dataset whose samples draw random noise
+@pytest.mark.parametrize("workers", [0, 2], ids=["main-process", "2-workers"])
+def test_sigkilled_run_autoresumes_bitwise_equal(tmp_path: Path, workers: int) -> None:
+    whole = _run(tmp_path / "whole", tmp_path / "whole.pt", workers=workers)
     assert whole.returncode == 0, whole.stderr
-    killed = _run(tmp_path / "split", tmp_path / "split.pt", kill_at=17)  # mid-epoch 2 (12 batches per epoch)
+    killed = _run(tmp_path / "split", tmp_path / "split.pt", kill_at=17, workers=workers)  # mid-epoch 2
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (tmp_path / "split.pt").exists()
     assert ckpt.find_latest(tmp_path / "split").name == "ep1-ba17.pt"
-    resumed = _run(tmp_path / "split", tmp_path / "split.pt")
+    resumed = _run(tmp_path / "split", tmp_path / "split.pt", workers=workers)
     assert resumed.returncode == 0, resumed.stderr
 
     a = torch.load(tmp_path / "whole.pt", weights_only=True)

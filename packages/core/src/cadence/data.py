@@ -6,21 +6,73 @@ same global order (so N ranks with batch B/N see what one rank with batch B sees
 resumed run skips the samples already trained on in O(1) instead of iterating over them.
 The loader also gets its own ``torch.Generator``, so starting an epoch never draws from
 the global RNG (which would shift every later random number on resume).
+
+With worker processes, which sample a worker fetches (and so which random numbers a random
+transform of the dataset draws) depends on timing and on how many samples the worker fetched
+before, which a resume changes. So a rebuilt loader with workers fetches through
+`SeededSamples`: every global RNG (torch, Python, NumPy) is seeded from ``(seed, epoch, index)``
+before sample `index` is read, and a mid-epoch resume sees exactly the samples of the
+uninterrupted run, whichever worker reads them.
 """
 
 from __future__ import annotations
 
 import inspect
 import itertools
+import random
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, Sampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 
-__all__ = ["LoaderPlan", "ResumableSampler", "prepare_loader"]
+__all__ = ["LoaderPlan", "ResumableSampler", "SeededSamples", "prepare_loader", "sample_seed"]
+
+_MASK64 = 2**64 - 1
+
+
+def _mix(value: int) -> int:
+    """SplitMix64's finaliser: nearby inputs give unrelated 64-bit outputs."""
+    value = (value + 0x9E3779B97F4A7C15) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """The seed of sample `index` in epoch `epoch` of a run seeded `seed`: 63 bits, a pure function."""
+    return _mix(_mix(_mix(seed) ^ epoch) ^ index) & (2**63 - 1)
+
+
+class SeededSamples(Dataset):
+    """A map-style dataset read by ``(epoch, index)`` keys, each sample with every global RNG seeded
+    from ``(seed, epoch, index)`` (see the module docstring). Attributes are those of the dataset."""
+
+    def __init__(self, dataset: Any, seed: int):
+        self.dataset, self.seed = dataset, seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        epoch, index = key
+        seed = sample_seed(self.seed, epoch, index)
+        random.seed(seed)
+        torch.manual_seed(seed)
+        try:
+            import numpy as np
+        except ImportError:  # numpy is optional
+            pass
+        else:
+            np.random.seed(seed % 2**32)
+        return self.dataset[index]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("dataset", "seed"):  # not set yet (unpickling in a worker)
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
 
 
 class ResumableSampler(Sampler[int]):
@@ -33,6 +85,7 @@ class ResumableSampler(Sampler[int]):
         rank, world_size: this rank takes positions ``rank, rank + world_size, ...``.
         pad: repeat the first indices so every rank gets the same count (training needs
             equal step counts on all ranks); evaluation leaves it off so no sample counts twice.
+        keyed: yield ``(epoch, index)`` keys (for `SeededSamples`) instead of indices.
     """
 
     def __init__(
@@ -44,6 +97,7 @@ class ResumableSampler(Sampler[int]):
         rank: int = 0,
         world_size: int = 1,
         pad: bool = True,
+        keyed: bool = False,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
@@ -53,6 +107,7 @@ class ResumableSampler(Sampler[int]):
         self.rank = rank
         self.world_size = world_size
         self.pad = pad
+        self.keyed = keyed
         self.epoch = 0
         self.start = 0  # samples of this rank's epoch already consumed
 
@@ -65,7 +120,7 @@ class ResumableSampler(Sampler[int]):
             return -(-self.num_samples // self.world_size)
         return len(range(self.rank, self.num_samples, self.world_size))
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[Any]:
         if self.shuffle:
             generator = torch.Generator().manual_seed(self.seed + self.epoch)
             order = torch.randperm(self.num_samples, generator=generator)
@@ -75,8 +130,8 @@ class ResumableSampler(Sampler[int]):
             missing = self._rank_length() * self.world_size - self.num_samples
             if missing:
                 order = torch.cat([order, order[:missing]])
-        mine = order[self.rank :: self.world_size][self.start :]
-        return iter(mine.tolist())
+        mine = order[self.rank :: self.world_size][self.start :].tolist()
+        return iter([(self.epoch, index) for index in mine] if self.keyed else mine)
 
     def __len__(self) -> int:
         return max(self._rank_length() - self.start, 0)
@@ -96,7 +151,7 @@ def _shuffle_of(loader: DataLoader) -> bool | None:
     return None
 
 
-def _rebuild(loader: DataLoader, sampler: Sampler[int]) -> DataLoader:
+def _rebuild(loader: DataLoader, sampler: Sampler[Any], dataset: Any) -> DataLoader:
     accepted = inspect.signature(DataLoader.__init__).parameters
     kwargs: dict[str, Any] = {
         "batch_size": loader.batch_size,
@@ -117,7 +172,7 @@ def _rebuild(loader: DataLoader, sampler: Sampler[int]) -> DataLoader:
         value = getattr(loader, optional, None)
         if optional in accepted and value not in (None, ""):
             kwargs[optional] = value
-    return DataLoader(loader.dataset, **kwargs)
+    return DataLoader(dataset, **kwargs)
 
 
 class LoaderPlan:
@@ -136,6 +191,15 @@ class LoaderPlan:
         if self._length is None:
             raise TypeError(f"the loader ({type(self.loader).__name__}) has no length")
         return self._length
+
+    def reseed(self, seed: int) -> None:
+        """Follow `seed` from now on (a resumed run takes the seed of the run that wrote the checkpoint)."""
+        self.seed = seed
+        if self.sampler is not None:
+            self.sampler.seed = seed
+        dataset = getattr(self.loader, "dataset", None)
+        if isinstance(dataset, SeededSamples):
+            dataset.seed = seed
 
     @property
     def has_length(self) -> bool:
@@ -171,6 +235,7 @@ def prepare_loader(loader: Iterable[Any], *, seed: int, rank: int, world_size: i
             shuffle is not None and loader.batch_size is not None and not isinstance(loader.dataset, IterableDataset)
         )
         if rebuildable:
+            workers = loader.num_workers > 0
             sampler = ResumableSampler(
                 len(loader.dataset),  # type: ignore[arg-type]
                 shuffle=bool(shuffle) and train,
@@ -178,8 +243,18 @@ def prepare_loader(loader: Iterable[Any], *, seed: int, rank: int, world_size: i
                 rank=rank,
                 world_size=world_size,
                 pad=train,
+                keyed=workers,
             )
-            return LoaderPlan(_rebuild(loader, sampler), sampler, seed)
+            dataset = SeededSamples(loader.dataset, seed) if workers else loader.dataset
+            return LoaderPlan(_rebuild(loader, sampler, dataset), sampler, seed)
+        if train and loader.num_workers > 0:
+            warnings.warn(
+                "this DataLoader has worker processes and a custom sampler or an iterable dataset, which cadence "
+                "cannot rebuild: if its dataset draws random numbers (augmentations), a run resumed mid-epoch will "
+                "not see the samples of the uninterrupted run. For exact resumes, use a map-style dataset with "
+                "shuffle=True or False (cadence rebuilds those), or num_workers=0",
+                stacklevel=3,
+            )
         if world_size > 1 and not isinstance(loader.sampler, DistributedSampler):
             warnings.warn(
                 "this DataLoader has a custom sampler or an iterable dataset, so cadence cannot shard it "

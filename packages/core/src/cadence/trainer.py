@@ -240,9 +240,7 @@ class Trainer:
         self._nonfinite.load_state_dict(restored["trainer"].get("nonfinite", {}))
         for plan in (self._train_plan, self._eval_plan):
             if plan is not None:  # the data order follows the seed of the run that wrote the checkpoint
-                plan.seed = self.state.rank_zero_seed
-                if plan.sampler is not None:
-                    plan.sampler.seed = self.state.rank_zero_seed
+                plan.reseed(self.state.rank_zero_seed)
         if restored["rng"] is not None:
             snapshot.restore_rng(restored["rng"])
         else:

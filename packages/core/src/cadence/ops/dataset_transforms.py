@@ -39,10 +39,24 @@ def _insert(existing: Callable[[Any], Any] | None, transform: Callable[[Any], An
     return _Then(transform, existing)
 
 
+def _defines_transform(dataset: Any) -> bool:
+    own = getattr(dataset, "__dict__", {})
+    return "transform" in own or any("transform" in vars(kind) for kind in type(dataset).__mro__[:-1])
+
+
+def _transform_owner(dataset: Any) -> Any:
+    """The dataset that holds the ``transform``, looking through wrappers (``Subset``, cadence's seeded
+    samples) that keep the real dataset in ``.dataset``."""
+    while not _defines_transform(dataset) and getattr(dataset, "dataset", None) is not None:
+        dataset = dataset.dataset
+    return dataset
+
+
 def add_dataset_transform(dataloader: Any, transform: Callable[[Any], Any]) -> None:
     """Make `dataloader`'s dataset run `transform` on every raw sample.
 
-    The dataset must have a ``transform`` attribute (a torchvision ``VisionDataset``). In a
+    The dataset (or the one a ``Subset`` wraps) must have a ``transform`` attribute (a torchvision
+    ``VisionDataset``). In a
     torchvision ``Compose`` the transform goes just before ``ToTensor``/``PILToTensor`` (so it sees
     the final-size image); otherwise it runs before the dataset's own transform. The user's
     ``Compose`` is copied, never changed (another dataset may share it). Worker processes copy the
@@ -53,7 +67,7 @@ def add_dataset_transform(dataloader: Any, transform: Callable[[Any], Any]) -> N
 
     if not isinstance(dataloader, DataLoader):
         raise TypeError(f"the dataset-transform path needs a torch DataLoader, got {type(dataloader).__name__}")
-    dataset = dataloader.dataset
+    dataset = _transform_owner(dataloader.dataset)
     if not hasattr(dataset, "transform"):
         raise TypeError(
             f"{type(dataset).__name__} has no `transform` attribute to extend; use a torchvision VisionDataset, "
