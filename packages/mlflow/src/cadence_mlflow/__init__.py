@@ -32,7 +32,7 @@ How it works (the modules, from the caller's side to the server's):
 
       python -m cadence_mlflow import <spill_dir> --tracking-uri <uri>
 
-* `names` (keys, stable values, params and tags as logged) and `tracking` (``MlflowClient``
+* `names` (keys, stable values, params and tags as logged, warnings) and `tracking` (``MlflowClient``
   calls, errors, requests within MLflow's limits) are what the others share.
 
 Warnings raised by the background threads are handed to the caller's thread and issued at its

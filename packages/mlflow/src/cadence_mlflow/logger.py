@@ -22,7 +22,7 @@ from cadence_mlflow.collector import Collector
 from cadence_mlflow.names import PARAMS_ARTIFACT, TAG_PARAMS_HASH, Notices, ParamsAndTags
 from cadence_mlflow.outbox import Outbox
 from cadence_mlflow.sender import Sender
-from cadence_mlflow.spill import SPILL_DB, Remainder, SpillStore, SpoolFiles
+from cadence_mlflow.spill import Remainder, SpillStore, SpoolFiles, spill_store_uri
 from cadence_mlflow.tracking import Artifact, Opened, Run, Unreachable, open_run, short, sqlite_uri
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class MLFlowLogger(LoggerDestination):
 
     @property
     def spill_uri(self) -> str:
-        return sqlite_uri(self.spill_dir / SPILL_DB)
+        return spill_store_uri(self.spill_dir)
 
     @property
     def stats(self) -> dict[str, int]:

@@ -7,7 +7,8 @@ import shutil
 import threading
 from collections.abc import Callable
 
-from cadence_mlflow.names import LEGACY_MAX_PARAM_VALUE_LENGTH, Point, truncate
+from cadence_mlflow.names import LEGACY_MAX_PARAM_VALUE_LENGTH as LEGACY
+from cadence_mlflow.names import Point, truncate
 from cadence_mlflow.outbox import Outbox, Request
 from cadence_mlflow.tracking import Run, classify, short, upload_artifact
 
@@ -108,20 +109,15 @@ class Sender:
         err = send(params, tags)
         if err is None or classify(err) != "item":
             return err
-        for key, value in params:  # find and drop what the server refuses
-            single = send([(key, value)], [])
-            if single is not None and classify(single) == "item" and len(value) > LEGACY_MAX_PARAM_VALUE_LENGTH:
-                single = send([(key, truncate(value, LEGACY_MAX_PARAM_VALUE_LENGTH))], [])
-            if single is not None and classify(single) != "item":
-                return single
-            if single is not None:
-                self._report(f"MLflow refused param {key!r}={value[:200]!r}: {short(single)}")
-        for key, value in tags:
-            single = send([], [(key, value)])
-            if single is not None and classify(single) != "item":
-                return single
-            if single is not None:
-                self._report(f"MLflow refused tag {key!r}={value[:200]!r}: {short(single)}")
+        for kind, items in (("param", params), ("tag", tags)):  # find and drop what the server refuses
+            for key, value in items:
+                single = send([(key, value)], []) if kind == "param" else send([], [(key, value)])
+                if single is not None and kind == "param" and classify(single) == "item" and len(value) > LEGACY:
+                    single = send([(key, truncate(value, LEGACY))], [])
+                if single is not None and classify(single) != "item":
+                    return single
+                if single is not None:
+                    self._report(f"MLflow refused {kind} {key!r}={value[:200]!r}: {short(single)}")
         return None
 
     def _points(self, points: list[Point]) -> None:

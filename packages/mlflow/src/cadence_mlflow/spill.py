@@ -48,6 +48,11 @@ TAG_IMPORT_TARGET = "cadence.spill.import_target_run_id"
 TAG_IMPORTED = "cadence.spill.imported"
 
 
+def spill_store_uri(spill_dir: Path) -> str:
+    """The URI of the spill store of `spill_dir`."""
+    return sqlite_uri(spill_dir / SPILL_DB)
+
+
 def read_spool(path: Path, offset: int, limit: int | None) -> tuple[list[Point], int]:
     """Up to `limit` points of a spool file from byte `offset`, and the offset after them."""
     points: list[Point] = []
@@ -185,7 +190,7 @@ class SpillStore:
 
     @property
     def uri(self) -> str:
-        return sqlite_uri(self.spill_dir / SPILL_DB)
+        return spill_store_uri(self.spill_dir)
 
     @property
     def import_hint(self) -> str:
