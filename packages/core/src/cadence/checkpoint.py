@@ -112,7 +112,9 @@ def load_checkpoint(path: str | Path) -> Any:
     if path.stat().st_size == 0:
         raise CheckpointError(path, "the file is empty (a copy cut short, or a full disk when it was written)")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about protocols of plain pickles it is about to refuse
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
         raise CheckpointError(path, *_diagnose(path, error)) from None
 
@@ -145,8 +147,8 @@ def _diagnose(path: Path, error: Exception) -> tuple[str, str]:
 
 
 _OBJECTS = (
-    "it contains Python objects that a checkpoint never holds (classes or callables to call while loading); "
-    "refusing to load it. Do not load it with weights_only=False unless you trust whoever wrote it"
+    "it contains Python objects that a checkpoint never holds; refusing to load it (loading would call "
+    "classes or functions the file names). Do not load it with weights_only=False unless you trust whoever wrote it"
 )
 
 

@@ -145,24 +145,27 @@ def _import_spool(folder: Path, tracking_uri: str | None) -> str:
 def resume_run_id(checkpoint: str | Path) -> str | None:
     """The MLflow run id a cadence checkpoint was written under (None if it has none).
 
-    `checkpoint` is a checkpoint file or a ``save_folder`` (its latest checkpoint). To keep one
-    MLflow run across a crash and resume::
+    `checkpoint` is a checkpoint file or a ``save_folder``: there, the checkpoint autoresume
+    continues from (the newest that loads, whatever ``latest.pt`` says). To keep one MLflow run
+    across a crash and resume::
 
         run_id = resume_run_id(save_folder) if autoresume else None
         logger = MLFlowLogger(experiment_name, run_id=run_id)  # the logger replays the spool
         Trainer(..., loggers=[logger], save_folder=save_folder, autoresume=autoresume)
     """
-    from cadence.checkpoint import find_latest, load_checkpoint
+    from cadence.checkpoint import find_resumable, load_run_checkpoint
 
     path = Path(checkpoint)
     if path.is_dir():
-        latest = find_latest(path)
-        if latest is None:
+        found = find_resumable(path)
+        if found is None:
             return None
-        path = latest
-    if not path.exists():
+        payload = found[1]
+    elif path.exists():
+        payload = load_run_checkpoint(path)
+    else:
         return None
-    for name, state in load_checkpoint(path).get("callbacks", []):
+    for name, state in payload.get("callbacks", []):
         if name == "MLFlowLogger" and isinstance(state, dict) and state.get("run_id"):
             return str(state["run_id"])
     return None
