@@ -67,15 +67,15 @@ def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None
     """
     from cadence_harness.run import build_data, build_model
 
-    arms: dict[str, list[str]] = {}
+    if not specs:
+        return
+    arms: dict[str, list[str]] = {}  # method -> the arms that use it
     for spec in specs:
         for name in spec.arm:
             if spec.arm_name not in arms.setdefault(name, []):
                 arms[name].append(spec.arm_name)
-    if not specs:
-        return
-    seed, cpu = specs[0].seed, torch.device("cpu")
-    data = build_data(recipe, seed, cpu, data_dir, download)
+    cpu = torch.device("cpu")
+    data = build_data(recipe, specs[0].seed, cpu, data_dir, download)
     batch = sample_batch(data.train, data.eval, cpu)
     check_applicable(((name, recipe.algorithm(name)) for name in arms), build_model(recipe, data), batch, arms)
 
