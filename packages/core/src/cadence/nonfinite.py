@@ -38,17 +38,23 @@ class NonFiniteLossError(FloatingPointError):
 
 
 class NonFiniteLossGuard:
-    """Watches each step's loss (see the module docstring); `check_every` applies on accelerators only."""
+    """Watches each step's loss (see the module docstring).
 
-    def __init__(self, mode: str = "error", check_every: int = 50):
+    `read_every_step`: read the loss at every step (default: on the CPU only, where it is free);
+    otherwise losses are read back together every `check_every` steps.
+    """
+
+    def __init__(self, mode: str = "error", check_every: int = 50, read_every_step: bool | None = None):
         self.mode = mode
         self.check_every = check_every
+        self.read_every_step = read_every_step
         self.skipped = 0
         self._pending: list[tuple[int, torch.Tensor]] = []
 
     def observe(self, loss: torch.Tensor, step: int) -> bool:
         """Note the loss of `step` (1-based); False means: do not apply this step's update."""
-        if self.mode == "skip" or loss.device.type == "cpu":
+        read_now = loss.device.type == "cpu" if self.read_every_step is None else self.read_every_step
+        if self.mode == "skip" or read_now:
             value = float(loss)
             if math.isfinite(value):
                 return True

@@ -139,11 +139,11 @@ class Trainer:
         loggers_ = as_list(loggers, "loggers", LoggerDestination)
         self._eval_interval = parse_interval(eval_interval, "eval_interval")
         self._save_interval = parse_interval(save_interval, "save_interval")
-        check_checkpointing(save_folder, save_num_checkpoints_to_keep, autoresume, load_path)
         flags = {"autoresume": autoresume, "save_overwrite": save_overwrite, "deterministic_mode": deterministic_mode,
                  "progress_bar": progress_bar, "compute_train_metrics": compute_train_metrics}  # fmt: skip
         for name, flag in flags.items():
             check_bool(name, flag)
+        check_checkpointing(save_folder, save_num_checkpoints_to_keep, autoresume, load_path)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
             raise ValueError(f"seed={seed!r} must be an int in [0, 2**63 - 1], or None for a random seed")
         if run_name is not None and not isinstance(run_name, str):
@@ -356,7 +356,7 @@ class Trainer:
                 if state.scaler is not None:
                     state.scaler.update()
             elif self.logger.destinations:
-                self.logger.log_metrics({"trainer/nonfinite_skips": self._nonfinite.skipped})
+                self.logger.log_metrics({"trainer/nonfinite_skips": self._nonfinite.skipped}, step=step)
         state.timestamp = state.timestamp.to_next_batch(num_samples, num_tokens, time.perf_counter() - started)
         for scheduler, every_batch in self._schedulers:
             if every_batch:
