@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from cadence import Callback, InMemoryLogger, LoggerDestination, Trainer
+from cadence import Callback, InMemoryLogger, LoggerDestination, State, Trainer, schedulers
 from cadence import checkpoint as ckpt
 from cadence.nonfinite import NonFiniteLossError, NonFiniteLossGuard
 from cadence.testing import mlp_classifier
@@ -232,3 +232,24 @@ def test_a_process_told_to_stop_records_its_run_as_killed(tmp_path: Path, signum
 def test_nonfinite_guard_values_are_what_the_message_says() -> None:
     error = NonFiniteLossError(7, math.inf)
     assert (error.step, error.value) == (7, math.inf) and "inf at step 7" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: _trainer(max_duration="abc"), "max_duration"),
+        (lambda: _trainer(eval_interval="abc", eval_dataloader=DataLoader(_data(), batch_size=4)), "eval_interval"),
+        (lambda: _trainer(save_interval="abc"), "save_interval"),
+        (lambda: State(model=mlp_classifier(4, 2), max_duration="abc"), "max_duration"),
+        (lambda: schedulers.CosineAnnealingScheduler(t_max="abc"), "t_max"),
+        (lambda: schedulers.LinearWithWarmupScheduler(t_warmup="x"), "t_warmup"),
+        (lambda: schedulers.StepScheduler(step_size="1.5ep"), "step_size"),
+        (lambda: schedulers.MultiStepScheduler(["1ep", "x"]), r"milestones\[1\]"),
+        (lambda: schedulers.MultiStepScheduler("30ep"), "milestones"),
+        (lambda: schedulers.StepScheduler("1ep", gamma=float("nan")), "gamma"),
+        (lambda: schedulers.ConstantScheduler(alpha="1"), "alpha"),
+    ],
+)
+def test_times_and_schedules_that_cannot_be_parsed_name_their_argument(build, name: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=name):
+        build()

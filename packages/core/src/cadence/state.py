@@ -9,7 +9,7 @@ import torch
 
 from cadence.batch import BatchKey, batch_get_item, batch_set_item
 from cadence.precision import Precision
-from cadence.time import Time, TimeLike, Timestamp, TimeUnit
+from cadence.time import Time, TimeLike, Timestamp, TimeUnit, parse_time
 
 if TYPE_CHECKING:
     from torchmetrics import Metric
@@ -68,7 +68,7 @@ class State:
         run_name: str = "run",
     ):
         self.model = model
-        self.max_duration = None if max_duration is None else Time.from_input(max_duration)
+        self.max_duration = None if max_duration is None else parse_time("max_duration", max_duration)
         if self.max_duration is not None and self.max_duration.unit is TimeUnit.DURATION:
             raise ValueError(
                 f"max_duration={max_duration!r}: 'dur' is relative to max_duration itself; use ep/ba/sp/tok"
@@ -125,7 +125,7 @@ class State:
 
     def to_batches(self, time: TimeLike) -> int:
         """Convert a `Time` in ba, ep or dur to a number of batches."""
-        time = Time.from_input(time)
+        time = parse_time("time", time)
         if time.unit is TimeUnit.BATCH:
             return int(time.value)
         if time.unit is TimeUnit.EPOCH:
