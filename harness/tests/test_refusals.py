@@ -148,3 +148,18 @@ def test_spellings_of_a_method_are_one_arm(
     assert refused(capsys, "run", ["run", tiny_recipe_file(), "--methods", "tuples_only,TuplesOnly"]).endswith(
         "lists 'tuples_only' twice (as 'tuples_only' and 'TuplesOnly')"
     )
+
+
+def test_methods_that_cannot_run_together_are_refused_before_any_run(
+    capsys: pytest.CaptureFixture[str], tiny_recipe_file: Any, tracking_uri: str, tmp_path: Path
+) -> None:
+    if not {"mixup", "cutmix"} <= set(registry().methods):
+        pytest.skip("mixup and cutmix are not installed")
+    conflict = ["--methods", "mixup,cutmix", "--set", "mixup.interpolate_loss=true", "--tracking-uri", tracking_uri]
+    line = refused(capsys, "run", ["run", tiny_recipe_file(), *conflict])
+    assert "the arm mixup+cutmix: MixUp and CutMix cannot be used together. Fix: MixUp(interpolate_loss=True)" in line
+    grid = tiny_recipe_file(grid={"arms": ["each"], "combinations": [["mixup", "cutmix"]]})
+    argv = ["grid", grid, "--set", "mixup.interpolate_loss=true", "--tracking-uri", tracking_uri]
+    line = refused(capsys, "grid", [*argv, "--methods", "mixup,cutmix", "--log-dir", str(tmp_path / "logs")])
+    assert "the arm mixup+cutmix: MixUp and CutMix cannot be used together" in line
+    assert nothing_logged(tmp_path)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cadence_harness.recipe import RecipeError, did_you_mean
+from cadence_harness.recipe_checks import RecipeError, did_you_mean
 
 __all__ = [
     "DATASETS",

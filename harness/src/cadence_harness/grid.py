@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from cadence_harness.preflight import check_applicable, require_device, sample_batch
+from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
 from cadence_harness.recipe import Recipe, RecipeError
 from cadence_harness.runspec import TAG, RunSpec, config_hash
 from cadence_harness.tracking import finished_config_hashes, mark_failed, resolve_tracking_uri
@@ -69,6 +69,8 @@ def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None
 
     if not specs:
         return
+    for arm in dict.fromkeys(spec.arm for spec in specs):  # conflicting methods: refused before data is built
+        check_arm_composition(arm, [recipe.algorithm(name) for name in arm])
     arms: dict[str, list[str]] = {}  # method -> the arms that use it
     for spec in specs:
         for name in spec.arm:

@@ -11,11 +11,12 @@ from typing import Any
 
 import torch
 
-from cadence import Algorithm, NotApplicableError
+from cadence import Algorithm, MethodConflictError, NotApplicableError
 from cadence.batch import batch_to_device
-from cadence_harness.recipe import RecipeError
+from cadence.engine import check_composition
+from cadence_harness.recipe_checks import RecipeError
 
-__all__ = ["check_applicable", "require_device", "sample_batch"]
+__all__ = ["check_applicable", "check_arm_composition", "require_device", "sample_batch"]
 
 
 def require_device(device: str) -> torch.device:
@@ -58,3 +59,11 @@ def check_applicable(
             if arms is None or not arms.get(name):
                 raise
             raise NotApplicableError(f"{error} (in the grid's arms {', '.join(arms[name])})") from None
+
+
+def check_arm_composition(arm: Sequence[str], algorithms: Sequence[Algorithm]) -> None:
+    """The methods of one arm can run together (the engine's own check, before any run exists)."""
+    try:
+        check_composition(list(algorithms))
+    except MethodConflictError as error:
+        raise RecipeError(f"the arm {'+'.join(arm)}: {error}") from None

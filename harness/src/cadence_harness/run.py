@@ -25,7 +25,7 @@ from cadence.termination import RunTerminated
 from cadence_harness import data as datasets
 from cadence_harness import loaders
 from cadence_harness.models import build_image_model, build_text_model, build_tokenizer, tokenize
-from cadence_harness.preflight import check_applicable, require_device, sample_batch
+from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
 from cadence_harness.recipe import OPTIMIZERS, SCHEDULES, Recipe, build_algorithm
 from cadence_harness.runspec import RunSpec
 from cadence_harness.timing import RunTimer
@@ -300,10 +300,11 @@ def execute(
     """
     recipe = spec.recipe
     device = require_device(recipe.device)
+    algorithms = build_algorithms(spec)
+    check_arm_composition(spec.arm, algorithms)
     cadence.seed_all(spec.seed)  # the model's initial weights depend on the seed too
     data = build_data(recipe, spec.seed, device, data_dir, download)
     model = build_model(recipe, data)
-    algorithms = build_algorithms(spec)
     check_applicable(zip(spec.arm, algorithms), model, sample_batch(data.train, data.eval, device))
     timer = RunTimer(ACCURACY, recipe.target_accuracy, recipe.warmup_batches)
 

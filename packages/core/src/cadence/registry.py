@@ -78,7 +78,7 @@ class Registry:
             canonical_name(info.algorithm.__name__): n for n, info in self.methods.items()
         }
         close = difflib.get_close_matches(canonical_name(name), list(spellings), n=1, cutoff=0.6)
-        hint = f"; did you mean {spellings[close[0]]!r}?" if close else ""
+        hint = f"; did you mean {spellings[close[0]]!r}?" if close else ";"
         hint += f" Installed: {', '.join(names) or 'none (install a cadence-<method> package)'}"
         if self.broken:
             hint += f"; could not load: {', '.join(f'{n} ({r})' for n, r in self.broken.items())}"

@@ -1,0 +1,190 @@
+"""Checks of a recipe's keys, one per kind of value: each names the key, echoes the value and says the fix.
+
+`RecipeError` is what they raise; the command line answers it with one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from cadence import schedulers as cadence_schedulers
+from cadence.time import Time, TimeUnit
+
+__all__ = [
+    "AUGMENTS",
+    "LOADERS",
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "REQUIRED",
+    "SCHEDULES",
+    "TABLES",
+    "RecipeError",
+    "check_choice",
+    "check_int",
+    "check_kwargs",
+    "check_optimizer",
+    "check_schedule",
+    "check_time",
+    "check_types",
+    "did_you_mean",
+    "fail",
+    "normalise_seeds",
+    "unknown_key",
+]
+
+OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "sgd": torch.optim.SGD,
+    "adamw": torch.optim.AdamW,
+    "adam": torch.optim.Adam,
+}
+SCHEDULES: dict[str, type[cadence_schedulers.Scheduler] | None] = {
+    "constant": None,
+    "cosine": cadence_schedulers.CosineAnnealingScheduler,
+    "cosine_warmup": cadence_schedulers.CosineAnnealingWithWarmupScheduler,
+    "linear": cadence_schedulers.LinearScheduler,
+    "linear_warmup": cadence_schedulers.LinearWithWarmupScheduler,
+    "multistep": cadence_schedulers.MultiStepScheduler,
+    "multistep_warmup": cadence_schedulers.MultiStepWithWarmupScheduler,
+}
+LOADERS = ("tensor", "dataloader")
+AUGMENTS = ("none", "flip", "flip_crop")
+PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
+REQUIRED = ("name", "model", "data", "duration")
+TABLES = ("model_kwargs", "optimizer", "schedule", "methods", "grid")
+
+
+class RecipeError(ValueError):
+    """A recipe, a command-line flag or this machine cannot run it: one line naming the key and the fix.
+
+    The command line answers it with that line on stderr and exit code 2, before anything trains.
+    """
+
+
+def fail(key: str, value: Any, problem: str) -> RecipeError:
+    return RecipeError(f"`{key}` = {value!r}: {problem}")
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"did you mean 'cifar10'? "`` for the closest of `known`, or ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def unknown_key(key: str, known: list[str], where: str = "recipe") -> RecipeError:
+    hint = did_you_mean(key.rsplit(".", 1)[-1], known)
+    return RecipeError(f"unknown {where} key `{key}`; {hint}known keys: {', '.join(sorted(known))}")
+
+
+def check_int(key: str, value: Any, minimum: int = 1, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise fail(key, value, f"must be an int >= {minimum}")
+
+
+def check_choice(key: str, value: Any, choices: tuple[str, ...] | list[str]) -> None:
+    if value not in choices:
+        raise fail(key, value, f"must be one of {', '.join(map(repr, choices))}")
+
+
+def check_time(key: str, value: Any, units: tuple[TimeUnit, ...]) -> Time:
+    try:
+        time = Time.from_input(value)
+    except (TypeError, ValueError) as error:
+        raise fail(key, value, f"not a duration ({error})") from None
+    if time.unit not in units:
+        raise fail(key, value, f"use one of the units {', '.join(u.value for u in units)}, e.g. '10ep' or '500ba'")
+    if time.value <= 0:
+        raise fail(key, value, "must be > 0")
+    return time
+
+
+def check_kwargs(key: str, kwargs: Mapping[str, Any], target: Any, exclude: tuple[str, ...] = ()) -> None:
+    """Every key of `kwargs` must be a parameter of `target` (a class or a function)."""
+    parameters = inspect.signature(target).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    accepted = [name for name in parameters if name not in ("self", *exclude)]
+    for name in kwargs:
+        if name not in accepted:
+            hint = did_you_mean(name, accepted)
+            raise RecipeError(
+                f"unknown key `{key}.{name}`: {getattr(target, '__name__', target)} takes no {name!r}; "
+                f"{hint}it takes: {', '.join(accepted) or 'nothing'}"
+            )
+
+
+def check_optimizer(optimizer: Mapping[str, Any]) -> None:
+    name = optimizer.get("name", "sgd")
+    check_choice("optimizer.name", name, list(OPTIMIZERS))
+    kwargs = {k: v for k, v in optimizer.items() if k != "name"}
+    check_kwargs("optimizer", kwargs, OPTIMIZERS[name], exclude=("params",))
+    lr = kwargs.get("lr")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0:
+        raise fail("optimizer.lr", lr, "must be a number > 0")
+
+
+def check_schedule(schedule: Mapping[str, Any]) -> None:
+    name = schedule.get("name", "constant")
+    check_choice("schedule.name", name, list(SCHEDULES))
+    cls = SCHEDULES[name]
+    kwargs = {k: v for k, v in schedule.items() if k != "name"}
+    if cls is None:
+        if kwargs:
+            raise unknown_key(f"schedule.{next(iter(kwargs))}", ["name"], "schedule")
+        return
+    check_kwargs("schedule", kwargs, cls)
+    try:
+        cls(**kwargs)
+    except (TypeError, ValueError) as error:
+        raise RecipeError(f"`schedule` = {dict(schedule)!r}: {error}") from None
+
+
+def check_types(values: Mapping[str, Any]) -> None:
+    for key in REQUIRED:
+        if key not in values:
+            raise RecipeError(f"the recipe has no `{key}`; every recipe needs {', '.join(REQUIRED)}")
+    for key in ("name", "model", "data", "description"):
+        if key in values and (not isinstance(values[key], str) or (key != "description" and not values[key])):
+            raise fail(key, values[key], "must be a non-empty string")
+    for key in TABLES:
+        if key in values and not isinstance(values[key], Mapping):
+            raise fail(key, values[key], "must be a table, e.g. [optimizer] or {lr = 0.1}")
+    check_int("batch_size", values.get("batch_size", 1))
+    for key in ("subset", "eval_subset", "eval_batch_size", "device_train_microbatch_size"):
+        check_int(key, values.get(key), optional=True)
+    check_int("max_length", values.get("max_length", 8), minimum=8)
+    check_int("num_workers", values.get("num_workers", 0), minimum=0)
+    check_int("warmup_batches", values.get("warmup_batches", 0), minimum=0)
+    for key in ("channels_last", "compile"):
+        if not isinstance(values.get(key, False), bool):
+            raise fail(key, values[key], "must be true or false")
+    check_choice("device", values.get("device", "cpu"), ("cpu", "gpu"))
+    if values.get("precision") is not None:
+        check_choice("precision", values["precision"], PRECISIONS)
+    check_choice("loader", values.get("loader", "tensor"), LOADERS)
+    check_choice("augment", values.get("augment", "none"), AUGMENTS)
+    target = values.get("target_accuracy")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1):
+        raise fail("target_accuracy", target, "must be a fraction in (0, 1], e.g. 0.94")
+
+
+def normalise_seeds(value: Any) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise fail("seeds", value, "a count of seeds must be >= 1")
+        return tuple(range(value))
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+    ):
+        if len(set(value)) != len(value):
+            raise fail("seeds", value, "seeds must be distinct")
+        return tuple(value)
+    raise fail("seeds", value, "give a count (3) or a list of distinct non-negative ints ([0, 1, 2])")
