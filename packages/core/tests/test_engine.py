@@ -153,19 +153,22 @@ def test_named_conflicts_and_bad_entries() -> None:
         Engine(_state(), algorithms=[same, same])
 
 
+class InputWriter(Algorithm):
+    """Writes the batch inputs (shared, not exclusive)."""
+
+    events = (Event.AFTER_DATALOADER,)
+
+    def match(self, event, state):
+        return True
+
+    def apply(self, event, state, logger):
+        pass
+
+    def effects(self) -> Effects:
+        return Effects(reads={Resource.INPUTS}, writes={Resource.INPUTS})
+
+
 def test_non_conflicting_writers_compose() -> None:
-    class InputWriter(Algorithm):
-        events = (Event.AFTER_DATALOADER,)
-
-        def match(self, event, state):
-            return True
-
-        def apply(self, event, state, logger):
-            pass
-
-        def effects(self) -> Effects:
-            return Effects(reads={Resource.INPUTS}, writes={Resource.INPUTS})
-
     class OtherInputWriter(InputWriter):
         pass
 
@@ -173,18 +176,6 @@ def test_non_conflicting_writers_compose() -> None:
 
 
 def test_a_writing_method_listed_twice_is_refused_but_observers_and_opt_ins_are_not() -> None:
-    class InputWriter(Algorithm):
-        events = (Event.AFTER_DATALOADER,)
-
-        def match(self, event, state):
-            return True
-
-        def apply(self, event, state, logger):
-            pass
-
-        def effects(self) -> Effects:
-            return Effects(reads={Resource.INPUTS}, writes={Resource.INPUTS})
-
     with pytest.raises(MethodConflictError, match=r"InputWriter is listed twice \(positions 0 and 2\).*batch inputs"):
         Engine(_state(), algorithms=[InputWriter(), LossInterpolator(), InputWriter()])
     log: list[str] = []

@@ -82,23 +82,3 @@ class Event(str, Enum):
     def is_after_event(self) -> bool:
         """True for the ``AFTER_*`` events, on which matched methods run in reverse order."""
         return self.name.startswith("AFTER_")
-
-    @property
-    def is_eval(self) -> bool:
-        return self.name.startswith("EVAL_")
-
-    @property
-    def fires_per_microbatch(self) -> bool:
-        return self in _PER_MICROBATCH
-
-
-_PER_MICROBATCH = frozenset(
-    {
-        Event.BEFORE_FORWARD,
-        Event.AFTER_FORWARD,
-        Event.BEFORE_LOSS,
-        Event.AFTER_LOSS,
-        Event.BEFORE_BACKWARD,
-        Event.AFTER_BACKWARD,
-    }
-)
