@@ -33,6 +33,7 @@ TORCH_ONLY_OPS = {
     "pixels",
     "rng",
     "sampling",
+    "surgery",
     "targets",
 }
 MAX_LINES = 400

@@ -95,6 +95,57 @@ def _restore_named_states(objects: list[Any], saved: list[list[Any]], kind: str)
             )
 
 
+def _plain(value: Any) -> Any:
+    """`value` as checkpoint data: plain numbers, strings, tuples and lists kept, anything else as its repr."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    return repr(value)
+
+
+def _surgeries(algorithms: list[Any]) -> list[dict[str, Any]]:
+    """The methods that changed the model's structure, with their arguments (``required_on_load``)."""
+    return [
+        {"method": type(algorithm).__name__, "hparams": {k: _plain(v) for k, v in algorithm.hparams().items()}}
+        for algorithm in algorithms
+        if algorithm.required_on_load()
+    ]
+
+
+def _call(surgery: dict[str, Any]) -> str:
+    args = ", ".join(f"{name}={value!r}" for name, value in surgery["hparams"].items())
+    return f"{surgery['method']}({args})"
+
+
+def _check_surgeries(state: State, payload: dict[str, Any], path: str | Path) -> None:
+    """The surgeries recorded in the checkpoint are those this run applies (same methods, same arguments)."""
+    recorded = payload.get("surgeries", [])
+    ours = {entry["method"]: entry for entry in _surgeries(state.algorithms)}
+    for entry in recorded:
+        mine = ours.pop(entry["method"], None)
+        if mine is None:
+            raise CheckpointMismatchError(
+                path,
+                f"it was written after {_call(entry)} changed the model's structure, and this run does not "
+                f"apply it; add {_call(entry)} to algorithms= so that the same surgery runs before the weights "
+                f"load (its package: cadence-<method>)",
+            )
+        if mine["hparams"] != entry["hparams"]:
+            raise CheckpointMismatchError(
+                path,
+                f"it was written after {_call(entry)}, and this run applies {_call(mine)}: pass the arguments "
+                "the checkpoint was written with, so that the model has the same structure",
+            )
+    if ours and "surgeries" in payload:  # checkpoints of older versions record no surgery
+        names = ", ".join(_call(entry) for entry in ours.values())
+        raise CheckpointMismatchError(
+            path,
+            f"this run applies {names}, but the checkpoint was written without it: load it into a run without "
+            "that method, or start from an earlier checkpoint that had it",
+        )
+
+
 def run_payload(
     state: State, rng_by_rank: list[dict[str, Any]], scheduler_states: list[Any], trainer: dict[str, Any]
 ) -> dict[str, Any]:
@@ -112,6 +163,7 @@ def run_payload(
         "algorithms": _named_states(state.algorithms),
         "callbacks": _named_states(state.callbacks),
         "train_metrics": _metric_states(state.train_metrics),
+        "surgeries": _surgeries(state.algorithms),
         "trainer": trainer,
         "rng": rng_by_rank,
     }
@@ -127,6 +179,7 @@ def restore_run(state: State, payload: dict[str, Any], schedulers: list[Any], pa
         raise CheckpointError(
             path, f"format {payload.get('format')!r} is not {FORMAT_VERSION}: an incompatible cadence version wrote it"
         )
+    _check_surgeries(state, payload, path)
     try:
         state.model.load_state_dict(payload["model"], strict=True)
     except RuntimeError as error:  # size mismatch, missing or unexpected keys

@@ -11,12 +11,14 @@ from cadence.ops.mixing import mix_with_permutation``):
 * `pixels`, `image_ops`, `augment`, `pil`, `dataset_transforms`: batched image primitives, the
   RandAugment/AugMix operation vocabulary, drawing and applying it per sample, PIL conversion,
   adding a transform to a dataset.
+* `surgery`: `replace_modules` (weights, device, dtype, memory format and optimizer state kept;
+  idempotent; a `SurgeryReport`; `NoEffectWarning` when nothing matched).
 
 The adapter side (``algorithm.py`` imports these from ``cadence.ops``):
 
 * `Method` (runs on its declared events), `RandomMethod` (``seed=``, its own generators,
-  checkpointed), `AugmentationMethod`, `LabelMixingMethod`: base classes that leave a method's
-  adapter a few lines per event.
+  checkpointed), `AugmentationMethod`, `LabelMixingMethod`, `SurgeryMethod` (runs once at INIT,
+  recorded in checkpoints): base classes that leave a method's adapter a few lines per event.
 * `require_tensor`, `read_batch_item`, `describe_batch`: for `Algorithm.check_applicable`.
 * `eval_mode` (a scoring pass that leaves every module's train/eval flag as it was).
 * Batch access (`BatchKey`, `check_batch_key`, `batch_get_item`, `batch_set_item`,
@@ -48,6 +50,15 @@ from cadence.ops.modules import eval_mode
 from cadence.ops.pil import is_pil_image, map_images, pil_to_tensor, tensor_to_pil, to_pixels
 from cadence.ops.rng import MethodRNG, derive_seed
 from cadence.ops.sampling import sample_beta, sample_dirichlet, sample_gamma, sample_log_gamma
+from cadence.ops.surgery import (
+    NoEffectError,
+    NoEffectWarning,
+    Policy,
+    SurgeryReport,
+    replace_modules,
+    unwrap_model,
+)
+from cadence.ops.surgery_method import SurgeryMethod
 from cadence.ops.targets import ensure_targets_one_hot, logits_of, soft_cross_entropy
 from cadence.precision import autocast_context
 
@@ -59,7 +70,12 @@ __all__ = [
     "LabelMixingMethod",
     "Method",
     "MethodRNG",
+    "NoEffectError",
+    "NoEffectWarning",
+    "Policy",
     "RandomMethod",
+    "SurgeryMethod",
+    "SurgeryReport",
     "add_dataset_transform",
     "apply_ops",
     "augment_batch",
@@ -91,6 +107,7 @@ __all__ = [
     "random_permutation",
     "random_uniform",
     "read_batch_item",
+    "replace_modules",
     "require_tensor",
     "resolve_augmentation_set",
     "sample_beta",
@@ -101,4 +118,5 @@ __all__ = [
     "take_samples",
     "tensor_to_pil",
     "to_pixels",
+    "unwrap_model",
 ]

@@ -1,0 +1,51 @@
+"""`SurgeryMethod`: the base of methods that change the model's structure (BlurPool, SqueezeExcite, ...).
+
+The surgery runs once, at INIT: after the optimizers exist (they are rebound, keeping their state)
+and before a checkpoint is loaded and DDP wraps the model. The method logs its report, and a
+checkpoint records every surgery method with its arguments (``required_on_load``): loading it
+into a run that does not apply the same surgery is refused, naming the method to add.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+import torch
+from torch import nn
+
+from cadence.algorithm import Effects, Resource
+from cadence.event import Event
+from cadence.ops.checks import check_bool
+from cadence.ops.method import Method
+from cadence.ops.surgery import SurgeryReport
+from cadence.state import State
+
+__all__ = ["SurgeryMethod"]
+
+
+class SurgeryMethod(Method):
+    """Subclasses implement `surgery` (usually their functional ``apply_<x>``) and call
+    ``super().__init__(strict=strict)``; ``strict=True`` turns "changed nothing" into an error."""
+
+    events = (Event.INIT,)
+
+    def __init__(self, *, strict: bool = False):
+        self.strict = check_bool("strict", strict, "True: changing no module is an error, not a warning")
+        self.report: SurgeryReport | None = None
+
+    @staticmethod
+    def required_on_load() -> bool:
+        return True
+
+    @abstractmethod
+    def surgery(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> SurgeryReport:
+        """Change `model` in place (rebinding `optimizers`) and report what changed."""
+
+    def apply(self, event: Event, state: State, logger: Any) -> None:
+        self.report = self.surgery(state.model, state.optimizers)
+        if self.report:
+            logger.log_hyperparameters(self.report.counts())
+
+    def effects(self) -> Effects:
+        return Effects(writes={Resource.MODEL, Resource.OPTIMIZER})
