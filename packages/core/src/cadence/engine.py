@@ -156,11 +156,17 @@ class Engine:
 
     # Running ----------------------------------------------------------------------
     def run_event(self, event: Event | str) -> None:
+        """Run the methods matched on `event` (in plan order), then the callbacks that handle it."""
+        self.run_algorithms(event)
+        self.run_callbacks(event)
+
+    def run_algorithms(self, event: Event | str) -> None:
+        """Only the methods' part of `event` (the trainer writes checkpoints between the two parts)."""
         if event.__class__ is not Event:
             event = Event(event)
         self._refresh_plan()
-        algorithms, callbacks = self._algorithm_plan[event], self._callback_plan[event]
-        if not (algorithms or callbacks):
+        algorithms = self._algorithm_plan[event]
+        if not algorithms:
             return
         state, logger = self.state, self.logger
         for algorithm in algorithms:
@@ -169,7 +175,14 @@ class Engine:
                     algorithm.apply(event, state, logger)
                 except Exception as error:
                     raise MethodError(algorithm.name, event, error) from error
-        for callback in callbacks:
+
+    def run_callbacks(self, event: Event | str) -> None:
+        """Only the callbacks' part of `event`."""
+        if event.__class__ is not Event:
+            event = Event(event)
+        self._refresh_plan()
+        state, logger = self.state, self.logger
+        for callback in self._callback_plan[event]:
             try:
                 callback.run_event(event, state, logger)
             except Exception as error:

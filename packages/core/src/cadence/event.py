@@ -19,11 +19,12 @@ The whole loop, with every event where it fires (``Trainer.fit``)::
             <optimizer.step(); timestamp += 1 batch; schedulers.step()>
             BATCH_END
             <evaluation, if due: EVAL_START ... EVAL_END>
-            <checkpoint, if due>; BATCH_CHECKPOINT
+            BATCH_CHECKPOINT                  # methods; <checkpoint, if due>; callbacks
         EPOCH_END
         <evaluation, if due>
-        <checkpoint, if due>; EPOCH_CHECKPOINT
-    FIT_END
+        EPOCH_CHECKPOINT                      # methods; <checkpoint, if due>; callbacks
+    <evaluation, if not done at this batch>
+    FIT_END                               # methods; <checkpoint, if not written at this batch>; callbacks
 
     EVAL_START
     for batch in eval_dataloader:
@@ -34,6 +35,8 @@ The whole loop, with every event where it fires (``Trainer.fit``)::
 Forward, loss and backward events fire once per microbatch. The engine runs the
 methods matched on an ``AFTER_*`` event in reverse order, so a method that changes
 something on ``BEFORE_x`` and restores it on ``AFTER_x`` nests like a context manager.
+On BATCH_CHECKPOINT, EPOCH_CHECKPOINT and FIT_END a checkpoint, when one is due, is written
+after the methods (``state.checkpoint_due`` is True for them) and before the callbacks.
 """
 
 from __future__ import annotations

@@ -47,6 +47,9 @@ class State:
         max_duration: the length of the run (`Time`), or None.
         dataloader, dataloader_len: the active training loader and its number of batches per epoch.
         device, precision, rank, world_size, rank_zero_seed: the run's environment.
+        checkpoint_due: True while the methods run on BATCH_CHECKPOINT, EPOCH_CHECKPOINT or FIT_END
+            when the trainer writes a checkpoint right after them (a method that swaps weights for
+            checkpoints, such as EMA, reads it); the callbacks of the event run after the write.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class State:
         self.loss: Any = None
         self.train_metrics: dict[str, Metric] = {}
         self.eval_metrics: dict[str, Metric] = {}
+        self.checkpoint_due = False  # True while methods run on an event after which a checkpoint is written
 
     @property
     def seed(self) -> int:

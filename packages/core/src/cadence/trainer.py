@@ -293,9 +293,7 @@ class Trainer:
         evaluation_due = self._eval_plan is not None and self._eval_interval is not None
         if evaluation_due and self._last_eval_batch != state.timestamp.batch:
             self._evaluate()
-        if self.save_folder is not None and self._last_save != self._position():
-            self._save()
-        self.engine.run_event(Event.FIT_END)
+        self._run_event_saving(Event.FIT_END, self.save_folder is not None and self._last_save != self._position())
         self.logger.flush()
 
     def _train_epoch(self) -> bool:
@@ -342,7 +340,7 @@ class Trainer:
         step = state.timestamp.batch + 1
         if self._closure_optimizer is not None:  # e.g. SAM re-evaluates the loss: the batch runs in the closure
             batch = state.batch
-            loss = self._closure_optimizer.step(closure=lambda: self._forward_backward(batch))
+            loss = self._closure_optimizer.step(closure=lambda sync=True: self._forward_backward(batch, sync))
             if not self._nonfinite.observe(loss, step):  # the update is done: it cannot be skipped any more
                 raise NonFiniteLossError(step, float(loss), " (a closure optimizer updated the weights already)")
         else:
@@ -366,8 +364,12 @@ class Trainer:
         self.engine.run_event(Event.BATCH_END)
         self._evaluate_and_save_if_due(Event.BATCH_END, Event.BATCH_CHECKPOINT)
 
-    def _forward_backward(self, batch: Any) -> torch.Tensor:
-        """Forward, loss and backward over the microbatches of `batch`; returns the batch's mean loss."""
+    def _forward_backward(self, batch: Any, sync: bool = True) -> torch.Tensor:
+        """Forward, loss and backward over the microbatches of `batch`; returns the batch's mean loss.
+
+        Under DDP the gradients are all-reduced on the last microbatch, unless `sync` is False (a
+        closure optimizer's first pass may use local gradients, as SAM's perturbation does).
+        """
         state = self.state
         size = state.device_train_microbatch_size
         microbatches = split_batch(batch, size) if size else [batch]
@@ -376,7 +378,7 @@ class Trainer:
         for index, microbatch in enumerate(microbatches):
             is_last = index == len(microbatches) - 1
             no_sync = getattr(self._forward_module, "no_sync", None)
-            with no_sync() if (no_sync is not None and not is_last) else contextlib.nullcontext():
+            with no_sync() if (no_sync is not None and not (is_last and sync)) else contextlib.nullcontext():
                 weight = batch_num_samples(microbatch) / batch_size if batch_size else 1.0
                 loss = self._train_microbatch(microbatch, weight)
             total = loss if total is None else total + loss
@@ -428,9 +430,22 @@ class Trainer:
     def _evaluate_and_save_if_due(self, event: Event, checkpoint_event: Event) -> None:
         if self._eval_plan is not None and self._eval_interval is not None and self._eval_interval(self.state, event):
             self._evaluate()
-        if self.save_folder is not None and self._save_interval is not None and self._save_interval(self.state, event):
+        save = (
+            self.save_folder is not None and self._save_interval is not None and self._save_interval(self.state, event)
+        )
+        self._run_event_saving(checkpoint_event, save)
+
+    def _run_event_saving(self, event: Event, save: bool) -> None:
+        """`event`, with the checkpoint (when `save`) written after its methods and before its callbacks:
+        methods prepare what is saved (``state.checkpoint_due`` tells them), callbacks see it written."""
+        self.state.checkpoint_due = save
+        try:
+            self.engine.run_algorithms(event)
+        finally:
+            self.state.checkpoint_due = False
+        if save:
             self._save()
-        self.engine.run_event(checkpoint_event)
+        self.engine.run_callbacks(event)
 
     def _learning_rates(self) -> dict[str, float]:
         return {
