@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from cadence import InMemoryLogger, State, Timestamp, Trainer
+from cadence import Callback, InMemoryLogger, State, Timestamp, Trainer
 from cadence.schedulers import (
+    CosineAnnealingScheduler,
     CosineAnnealingWithWarmupScheduler,
     LinearWithWarmupScheduler,
     MultiStepWithWarmupScheduler,
@@ -82,7 +83,58 @@ def test_bad_schedule_arguments() -> None:
         Trainer(
             model=model,
             optimizers=optimizer,
-            schedulers=torch.optim.lr_scheduler.StepLR(optimizer, 1),
+            schedulers=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.9**step),  # no time constant
             scale_schedule_ratio=2.0,
             progress_bar=False,
         )
+
+
+def _lr_curve(schedulers, ratio: float, duration: str = "8ep") -> tuple[list[float], int]:
+    """The learning rate at every batch of a run scaled by `ratio`, and its number of batches."""
+    torch.manual_seed(0)
+    model = mlp_classifier(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    rates: list[float] = []
+
+    class Rates(Callback):
+        def batch_start(self, state, logger) -> None:
+            rates.append(state.optimizers[0].param_groups[0]["lr"])
+
+    trainer = Trainer(
+        model=model,
+        train_dataloader=torch.utils.data.DataLoader(data, batch_size=4),  # 4 batches per epoch
+        max_duration=duration,
+        optimizers=optimizer,
+        schedulers=schedulers(optimizer),
+        callbacks=[Rates()],
+        scale_schedule_ratio=ratio,
+        progress_bar=False,
+    )
+    trainer.fit()
+    return rates, trainer.state.timestamp.batch
+
+
+@pytest.mark.parametrize(
+    ("schedulers", "every_batch"),
+    [
+        (lambda opt: CosineAnnealingWithWarmupScheduler(t_warmup="4ba"), True),
+        (lambda opt: MultiStepWithWarmupScheduler(t_warmup="2ba", milestones=["4ep", "6ep"]), True),
+        (lambda opt: torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[4, 6], gamma=0.1), False),
+        (lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5), False),
+    ],
+    ids=["cosine-warmup", "multistep-warmup", "torch-multistep", "torch-step"],
+)
+def test_a_ratio_of_one_half_halves_the_steps_and_compresses_the_lr_curve_exactly(schedulers, every_batch) -> None:
+    whole, whole_batches = _lr_curve(schedulers, 1.0)
+    half, half_batches = _lr_curve(schedulers, 0.5)
+    assert (whole_batches, half_batches) == (32, 16)
+    if every_batch:  # cadence schedulers: batch i of the half run is batch 2i of the whole run
+        assert half == pytest.approx(whole[::2], abs=1e-12)
+    else:  # torch schedulers step per epoch (4 batches): epoch e of the half run is epoch 2e of the whole run
+        assert half[::4] == pytest.approx(whole[::8], abs=1e-12) and len(set(half)) > 1
+
+
+def test_epochs_that_would_not_stay_whole_become_batches() -> None:
+    _, batches = _lr_curve(lambda opt: CosineAnnealingScheduler(), 0.5, duration="3ep")  # 1.5 epochs
+    assert batches == 6

@@ -54,26 +54,16 @@ def parse_device(device: str | torch.device | None) -> torch.device:
 
 
 def check_max_duration(max_duration: TimeLike | None, scale_schedule_ratio: Any) -> tuple[Time | None, float]:
-    """(the run's length after `scale_schedule_ratio`, the ratio as a float)."""
+    """(the run's length as given, the ratio as a float); the trainer scales the length once it knows an
+    epoch's length (`cadence.ops.schedule_scaling.scale_duration`)."""
     ratio = scale_schedule_ratio
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (0 < ratio < float("inf")):
         raise ValueError(
             f"scale_schedule_ratio={ratio!r} must be a finite number > 0 (1.0 keeps the run as it is, 0.5 halves it)"
         )
-    ratio = float(ratio)
     if max_duration is None:
-        return None, ratio
-    duration = parse_time("max_duration", max_duration, units=_DURATION_UNITS, positive=True)
-    if ratio != 1.0:
-        scaled = duration * ratio
-        if scaled.value < 1:
-            smallest = 1 / duration.value
-            raise ValueError(
-                f"scale_schedule_ratio={ratio!r} scales max_duration={duration} to {scaled}: nothing would "
-                f"train; use a ratio >= {smallest:.3g}"
-            )
-        duration = scaled
-    return duration, ratio
+        return None, float(ratio)
+    return parse_time("max_duration", max_duration, units=_DURATION_UNITS, positive=True), float(ratio)
 
 
 def check_microbatch_size(size: Any, train_dataloader: Any) -> int | None:

@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 from cadence.ops.checks import check_number
+from cadence.ops.schedule_scaling import scale_scheduler
 from cadence.time import Time, TimeLike, parse_time
 
 if TYPE_CHECKING:
@@ -188,19 +189,23 @@ def compile_scheduler(scheduler: Scheduler, state: State, optimizer: Optimizer, 
     return LambdaLR(optimizer, lambda _: scheduler(state, ssr))
 
 
-def compile_schedulers(schedulers: list[Any], state: State, ssr: float) -> list[tuple[LRScheduler, bool]]:
+def compile_schedulers(schedulers: list[Any], state: State) -> list[tuple[LRScheduler, bool]]:
     """(torch scheduler, steps every batch) pairs for the run, also set as ``state.schedulers``.
 
-    A cadence `Scheduler` becomes one `LambdaLR` per optimizer, stepped every batch; a torch
-    ``LRScheduler`` is kept and stepped every epoch.
+    A cadence `Scheduler` becomes one `LambdaLR` per optimizer, stepped every batch, stretched by
+    ``state.scale_schedule_ratio``; a torch ``LRScheduler`` is stepped every epoch, its time
+    constants scaled by the same ratio (`cadence.ops.schedule_scaling.scale_scheduler`).
     """
+    ratio = state.scale_schedule_ratio
     compiled: list[tuple[LRScheduler, bool]] = []
     for scheduler in schedulers:
         if isinstance(scheduler, Scheduler):
             if not state.optimizers:
                 raise ValueError("schedulers need optimizers; pass optimizers=...")
-            compiled += [(compile_scheduler(scheduler, state, optimizer, ssr), True) for optimizer in state.optimizers]
+            compiled += [
+                (compile_scheduler(scheduler, state, optimizer, ratio), True) for optimizer in state.optimizers
+            ]
         else:
-            compiled.append((scheduler, False))
+            compiled.append((scale_scheduler(scheduler, ratio), False))
     state.schedulers = [scheduler for scheduler, _ in compiled]
     return compiled

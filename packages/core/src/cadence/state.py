@@ -101,6 +101,7 @@ class State:
         self.loss: Any = None
         self.train_metrics: dict[str, Metric] = {}
         self.eval_metrics: dict[str, Metric] = {}
+        self.scale_schedule_ratio = 1.0  # the schedules' stretch; set by the trainer and ScaleSchedule on INIT
         self.checkpoint_due = False  # True while methods run on an event after which a checkpoint is written
 
     @property

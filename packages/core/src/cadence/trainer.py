@@ -45,6 +45,7 @@ from cadence.loggers.logger import Logger
 from cadence.models.base import total_loss
 from cadence.nonfinite import NONFINITE_MODES, NonFiniteLossError, NonFiniteLossGuard
 from cadence.ops.checks import MAX_SEED, check_bool, check_choice
+from cadence.ops.schedule_scaling import scale_duration
 from cadence.precision import Precision, autocast_context, make_grad_scaler
 from cadence.schedulers import Scheduler, compile_schedulers
 from cadence.state import State
@@ -128,12 +129,10 @@ class Trainer:
         check_model(model)
         device_ = parse_device(device)
         precision_ = Precision.parse(precision, device_)
-        max_duration_, self.ssr = check_max_duration(max_duration, scale_schedule_ratio)
+        max_duration_, ssr = check_max_duration(max_duration, scale_schedule_ratio)
         microbatch_size = check_microbatch_size(device_train_microbatch_size, train_dataloader)
         optimizers_ = as_list(optimizers, "optimizers", torch.optim.Optimizer)
         schedulers_ = as_list(schedulers, "schedulers", (Scheduler, LRScheduler))
-        if self.ssr != 1.0 and any(isinstance(s, LRScheduler) for s in schedulers_):
-            raise ValueError("scale_schedule_ratio cannot rescale torch LRSchedulers; use cadence.schedulers instead")
         algorithms_ = as_list(algorithms, "algorithms", object)  # the Engine checks they are Algorithms
         callbacks_ = as_list(callbacks, "callbacks", Callback)
         loggers_ = as_list(loggers, "loggers", LoggerDestination)
@@ -191,6 +190,9 @@ class Trainer:
             world_size=world_size,
             run_name=run_name,
         )
+        if max_duration_ is not None:  # the whole schedule follows (compiled below, after INIT)
+            self.state.max_duration = scale_duration(max_duration_, ssr, self.state.dataloader_len)
+        self.state.scale_schedule_ratio = ssr
         self.state.scaler = make_grad_scaler(precision_, device_)
         self.logger = Logger(self.state, loggers_)
         self._finished = False  # the loggers are finished exactly once, here or in close()
@@ -202,7 +204,7 @@ class Trainer:
             model = self.state.model
             self.state.train_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=True).items()}
             self.state.eval_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=False).items()}
-            self._schedulers = compile_schedulers(schedulers_, self.state, self.ssr)
+            self._schedulers = compile_schedulers(schedulers_, self.state)
 
             # Load a checkpoint between BEFORE_LOAD and AFTER_LOAD; restore RNG last -----------
             self.engine.run_event(Event.BEFORE_LOAD)
@@ -463,7 +465,7 @@ class Trainer:
             "precision": state.precision.value,
             "device_train_microbatch_size": state.device_train_microbatch_size,
             "world_size": state.world_size,
-            "scale_schedule_ratio": self.ssr,
+            "scale_schedule_ratio": state.scale_schedule_ratio,
             "algorithms": ", ".join(repr(a) for a in state.algorithms),
         }
 
