@@ -1,0 +1,60 @@
+"""Alibi meets the contract every cadence method meets, on tiny HuggingFace models with dict batches.
+
+`MethodConformance` builds an image model and image batches by default; text methods override
+`make_model` and `make_dataset` (a list of dict samples: the DataLoader collates them into dict batches).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cadence_alibi import Alibi
+
+import cadence.models  # HuggingFaceModel: not re-exported by `cadence`
+from cadence.testing import MethodConformance
+
+transformers = pytest.importorskip("transformers")
+
+
+def token_samples(num_samples: int, seed: int, length: int = 16, classes: int | None = None) -> list[dict]:
+    """Random token sequences; labels are the tokens (language modelling) or one class per sequence."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(3, 100, (num_samples, length), generator=generator)
+    labels = input_ids if classes is None else torch.randint(0, classes, (num_samples,), generator=generator)
+    return [
+        {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": label}
+        for ids, label in zip(input_ids, labels)
+    ]
+
+
+class TestAlibiConformance(MethodConformance):
+    """A causal language model (ALiBi's own setting): every (B, S) entry is reshaped to (4B, S/4)."""
+
+    def make_model(self) -> cadence.models.HuggingFaceModel:
+        config = transformers.GPT2Config(
+            n_embd=32, n_layer=2, n_head=2, n_positions=16, vocab_size=100, bos_token_id=0, eos_token_id=0
+        )
+        return cadence.models.HuggingFaceModel(transformers.GPT2LMHeadModel(config))
+
+    def make_dataset(self, num_samples: int, seed: int = 0) -> list[dict]:  # type: ignore[override]
+        return token_samples(num_samples, seed)
+
+    def make_algorithm(self) -> Alibi:
+        return Alibi(max_sequence_length=64)
+
+
+class TestAlibiOnAClassifierConformance(TestAlibiConformance):
+    """A BERT sequence classifier (the harness's SST-2 setting): one label per sequence, so no reshape."""
+
+    def make_model(self) -> cadence.models.HuggingFaceModel:
+        config = transformers.BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=100,
+            max_position_embeddings=16, num_labels=self.num_classes,
+        )  # fmt: skip
+        return cadence.models.HuggingFaceModel(transformers.BertForSequenceClassification(config))
+
+    def make_dataset(self, num_samples: int, seed: int = 0) -> list[dict]:  # type: ignore[override]
+        return token_samples(num_samples, seed, classes=self.num_classes)
+
+    def make_algorithm(self) -> Alibi:
+        return Alibi(max_sequence_length=64, train_sequence_length_scaling=1.0)
