@@ -7,6 +7,7 @@ Methods live in their own packages (``pip install cadence-mixup``) and appear un
 
 from cadence.algorithm import Algorithm, Effects, NotApplicableError, Resource
 from cadence.callback import Callback
+from cadence.checkpoint import CheckpointError
 from cadence.engine import Engine, MethodConflictError, MethodError
 from cadence.event import Event
 from cadence.loggers import ConsoleLogger, InMemoryLogger, Logger, LoggerDestination
@@ -18,6 +19,7 @@ from cadence.models import (
     soft_cross_entropy,
 )
 from cadence.precision import Precision
+from cadence.snapshot import CheckpointMismatchError
 from cadence.state import State
 from cadence.time import Time, Timestamp, TimeUnit, ensure_time
 from cadence.trainer import Trainer, seed_all
@@ -27,6 +29,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Algorithm",
     "Callback",
+    "CheckpointError",
+    "CheckpointMismatchError",
     "Classifier",
     "ComposerClassifier",
     "ComposerModel",
@@ -34,6 +38,7 @@ __all__ = [
     "Effects",
     "Engine",
     "Event",
+    "HuggingFaceModel",
     "InMemoryLogger",
     "Logger",
     "LoggerDestination",
@@ -52,3 +57,12 @@ __all__ = [
     "seed_all",
     "soft_cross_entropy",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """`HuggingFaceModel` imports transformers' helpers on first use, never on ``import cadence``."""
+    if name == "HuggingFaceModel":
+        from cadence.models.huggingface import HuggingFaceModel
+
+        return HuggingFaceModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
