@@ -273,6 +273,12 @@ def test_the_minilm_checkpoint_trains_short_and_evaluates_beyond_its_512_positio
             assert logits.shape == (1, 2) and bool(torch.isfinite(logits).all())
 
 
+def test_a_model_in_eval_mode_stays_in_eval_mode() -> None:
+    model = make_model("gpt2").eval()
+    apply_alibi(model, 64)
+    assert not any(m.training for m in model.modules())
+
+
 def test_dtype_device_and_autocast() -> None:
     model = make_model("bert").to(torch.float64)
     apply_alibi(model, 64)

@@ -137,6 +137,13 @@ def test_a_second_application_changes_nothing_and_other_models_are_left_alone(ar
         apply_gated_linear_units(nn.Sequential(nn.Linear(4, 4)), None, strict=True)
 
 
+@pytest.mark.parametrize("arch", ["bert", "gpt2"])
+def test_a_model_in_eval_mode_stays_in_eval_mode(arch: str) -> None:
+    model = make_model(arch).eval()  # Composer's new blocks start in training mode: dropout at evaluation
+    apply_gated_linear_units(model, None)
+    assert not any(m.training for m in model.modules())
+
+
 def test_dtype_and_device_follow_the_model_and_autocast_runs_in_bfloat16() -> None:
     model = make_model("bert").to(torch.float64)
     apply_gated_linear_units(model, None)

@@ -122,7 +122,7 @@ def apply_alibi(
         return AlibiAttention(module, int(heads), max_sequence_length, bool(getattr(module, "is_causal", False)))
 
     def embedding(module: nn.Module, path: str) -> nn.Module | None:
-        return NoPositionEmbedding(module.embedding_dim) if path in positions else None
+        return NoPositionEmbedding(module.embedding_dim).train(module.training) if path in positions else None
 
     policies: dict[type[nn.Module], Any] = {type(m): attention for m in attentions}
     policies.update({type(m): embedding for m in positions.values()})

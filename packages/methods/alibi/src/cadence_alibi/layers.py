@@ -96,6 +96,7 @@ class AlibiAttention(nn.Module):
         self.causal = causal
         # follows the model's device and dtype; not in checkpoints (a function of num_heads)
         self.register_buffer("slopes", torch.tensor(alibi_slopes(num_heads)), persistent=False)
+        self.train(attention.training)  # surgery on a model in eval mode leaves it in eval mode
 
     def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if args:

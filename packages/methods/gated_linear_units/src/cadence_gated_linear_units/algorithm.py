@@ -46,8 +46,10 @@ class GatedLinearUnits(SurgeryMethod):
         """`act_fn` by name when it is a function: checkpoints compare the hyperparameters they record, and
         a function's repr holds its memory address, which differs in the process that resumes."""
         params = super().hparams()
-        if self.act_fn is not None and not isinstance(self.act_fn, nn.Module):
-            params["act_fn"] = f"{getattr(self.act_fn, '__module__', None)}.{getattr(self.act_fn, '__qualname__', '')}"
+        function = self.act_fn
+        if function is not None and not isinstance(function, nn.Module):
+            name = getattr(function, "__qualname__", type(function).__qualname__)
+            params["act_fn"] = f"{getattr(function, '__module__', None) or type(function).__module__}.{name}"
         return params
 
     def check_applicable(self, model: Any, batch: Any) -> None:

@@ -104,7 +104,7 @@ def apply_gated_linear_units(
     intermediates = {id(intermediate) for intermediate, _ in pairs}
 
     def identity(module: nn.Module, path: str) -> nn.Module | None:
-        return nn.Identity() if id(module) in intermediates else None  # the gated output block does its work
+        return nn.Identity().train(module.training) if id(module) in intermediates else None  # the gated block does it
 
     def bert_output(module: nn.Module, path: str) -> nn.Module | None:
         intermediate = intermediate_of.get(id(module))

@@ -62,7 +62,7 @@ class BERTGatedFFOutput(nn.Module):
         d_embed, d_ff, eps = dense.out_features, dense.in_features, output.LayerNorm.eps
         block = cls(d_embed, d_ff, output.dropout.p, act_fn, eps, gated_layer_bias, non_gated_layer_bias)
         block.wo, block.dropout, block.layernorm = dense, output.dropout, output.LayerNorm
-        return block
+        return block.train(output.training)  # a model in eval mode stays in eval mode
 
     def forward(self, hidden_states: torch.Tensor, residual_connection: torch.Tensor) -> torch.Tensor:
         gated = self.act(self.gated_layer(hidden_states)) * self.non_gated_layer(hidden_states)
@@ -106,7 +106,7 @@ class GPT2GatedMLP(nn.Module):
         d_embed, d_ff = mlp.c_fc.weight.shape  # Conv1D stores (in, out)
         block = cls(d_embed, d_ff, mlp.dropout.p, act_fn, gated_layer_bias, non_gated_layer_bias)
         block.wo, block.dropout = mlp.c_proj, mlp.dropout
-        return block
+        return block.train(mlp.training)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         gated = self.act(self.gated_layer(hidden_states)) * self.non_gated_layer(hidden_states)
