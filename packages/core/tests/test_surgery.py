@@ -109,6 +109,16 @@ def test_device_dtype_and_channels_last_follow_the_original() -> None:
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
 
 
+def test_a_replacement_takes_the_train_or_eval_mode_of_the_module_it_replaces() -> None:
+    model = _net().eval()  # a new module starts in training mode: dropout in an evaluated model otherwise
+    replace_modules(model, {nn.Conv2d: lambda m, path: nn.Sequential(nn.Dropout(0.5), m)})
+    assert not any(module.training for module in model.modules())
+    model.train()
+    model[0][1].eval()
+    replace_modules(model, {nn.Conv2d: lambda m, path: Scaled(m)}, method="Other")
+    assert not model[0][1].training and model[3][1].training
+
+
 def test_a_second_application_changes_nothing_and_says_so() -> None:
     model = _net()
     policies = {nn.Conv2d: lambda m, path: Scaled(m)}
@@ -185,14 +195,32 @@ def test_a_checkpoint_after_surgery_loads_into_a_fresh_model_with_the_same_metho
 def test_a_checkpoint_after_surgery_names_the_method_to_add_or_the_arguments_to_pass(tmp_path: Path) -> None:
     _trainer([ScaleConvs(0.5)], save_folder=tmp_path, save_interval="2ba").fit()
     checkpoint = tmp_path / "ep1-ba4.pt"
-    with pytest.raises(CheckpointMismatchError, match=r"written after ScaleConvs\(scale=0.5, strict=False\) changed"):
+    with pytest.raises(CheckpointMismatchError, match=r"written after ScaleConvs\(scale=0.5\) changed"):
         _trainer([], load_path=checkpoint)
-    with pytest.raises(CheckpointMismatchError, match=r"this run applies ScaleConvs\(scale=2.0, strict=False\)"):
+    with pytest.raises(CheckpointMismatchError, match=r"this run applies ScaleConvs\(scale=2.0\)"):
         _trainer([ScaleConvs(2.0)], load_path=checkpoint)
+    _trainer([ScaleConvs(0.5, strict=True)], load_path=checkpoint)  # `strict` does not shape the model
     plain = tmp_path / "plain"
     _trainer([], save_folder=plain, save_interval="2ba").fit()
     with pytest.raises(CheckpointMismatchError, match="the checkpoint was written without it"):
         _trainer([ScaleConvs(0.5)], load_path=plain / "ep1-ba4.pt")
+
+
+class ActivatedConvs(ScaleConvs):
+    """A surgery taking a function: recorded by its qualified name, never by a repr with an address."""
+
+    def __init__(self, act_fn=torch.nn.functional.silu, *, strict: bool = False):
+        super().__init__(strict=strict)
+        self.act_fn = act_fn
+
+
+def test_a_function_argument_is_recorded_by_name_so_another_process_can_load_it(tmp_path: Path) -> None:
+    _trainer([ActivatedConvs(torch.nn.functional.silu)], save_folder=tmp_path, save_interval="4ba").fit()
+    payload = torch.load(tmp_path / "ep1-ba4.pt", weights_only=True)
+    assert payload["surgeries"] == [{"method": "ActivatedConvs", "hparams": {"act_fn": "torch.nn.functional.silu"}}]
+    _trainer([ActivatedConvs(torch.nn.functional.silu)], load_path=tmp_path / "ep1-ba4.pt")
+    with pytest.raises(CheckpointMismatchError, match=r"ActivatedConvs\(act_fn='torch.nn.functional.relu'\)"):
+        _trainer([ActivatedConvs(torch.nn.functional.relu)], load_path=tmp_path / "ep1-ba4.pt")
 
 
 def test_surgery_methods_run_on_init_only_and_declare_what_they_change() -> None:

@@ -124,6 +124,15 @@ class Algorithm(ABC):
         """True for methods (model surgery) that must run before a checkpoint can be loaded."""
         return False
 
+    def structure_hparams(self) -> dict[str, Any]:
+        """The arguments that decide the model's structure (for ``required_on_load`` methods).
+
+        A checkpoint records them and loads only into a run that passes the same ones; arguments
+        left out (``strict``, a batch-reshaping factor) may change when a run resumes. All of
+        `hparams` unless narrowed.
+        """
+        return self.hparams()
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: generator states, counters, schedules.
 

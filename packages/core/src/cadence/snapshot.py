@@ -96,18 +96,24 @@ def _restore_named_states(objects: list[Any], saved: list[list[Any]], kind: str)
 
 
 def _plain(value: Any) -> Any:
-    """`value` as checkpoint data: plain numbers, strings, tuples and lists kept, anything else as its repr."""
+    """`value` as checkpoint data: plain numbers, strings, tuples and lists kept, functions and classes by
+    their qualified name (a repr holds a memory address that differs in the resuming process), anything
+    else as its repr."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
         return type(value)(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if callable(value) and hasattr(value, "__qualname__") and hasattr(value, "__module__"):
+        return f"{value.__module__}.{value.__qualname__}"
     return repr(value)
 
 
 def _surgeries(algorithms: list[Any]) -> list[dict[str, Any]]:
     """The methods that changed the model's structure, with their arguments (``required_on_load``)."""
     return [
-        {"method": type(algorithm).__name__, "hparams": {k: _plain(v) for k, v in algorithm.hparams().items()}}
+        {"method": algorithm.name, "hparams": {k: _plain(v) for k, v in algorithm.structure_hparams().items()}}
         for algorithm in algorithms
         if algorithm.required_on_load()
     ]

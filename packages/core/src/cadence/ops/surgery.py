@@ -6,9 +6,10 @@ is marked with the method that made it, and a later call by the same method does
 so applying a method twice changes nothing (a wrapper keeps the module it wraps inside it).
 What surgery must never break is kept:
 
-* **weights, device, dtype, memory format.** A policy builds the new module from the old one (it
-  may reuse the old module's parameters); the result is moved to the old module's device and
-  dtype, and 4-D weights follow a ``channels_last`` original.
+* **weights, device, dtype, memory format, mode.** A policy builds the new module from the old one
+  (it may reuse the old module's parameters); the result is moved to the old module's device and
+  dtype, 4-D weights follow a ``channels_last`` original, and it takes the old module's train/eval
+  mode (a model changed in eval mode must not start applying dropout).
 * **optimizers.** A parameter the new module still holds (the same object) keeps its place and
   its state. One the new module holds under the same name and shape in place of the old one
   takes over its place and state (momentum, Adam moments). New parameters join the old module's
@@ -108,7 +109,7 @@ def _place(new: nn.Module, old: nn.Module) -> nn.Module:
         new = new.to(device=device, dtype=dtype)
     if channels_last:
         new = new.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    return new
+    return new.train(old.training)
 
 
 def _set_submodule(model: nn.Module, path: str, module: nn.Module) -> None:

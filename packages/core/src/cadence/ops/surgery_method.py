@@ -9,7 +9,7 @@ into a run that does not apply the same surgery is refused, naming the method to
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -29,6 +29,8 @@ class SurgeryMethod(Method):
     ``super().__init__(strict=strict)``; ``strict=True`` turns "changed nothing" into an error."""
 
     events = (Event.INIT,)
+    runtime_arguments: ClassVar[frozenset[str]] = frozenset({"strict"})
+    """Arguments that do not shape the model: a checkpoint does not hold a resumed run to them."""
 
     def __init__(self, *, strict: bool = False):
         self.strict = check_bool("strict", strict, "True: changing no module is an error, not a warning")
@@ -37,6 +39,9 @@ class SurgeryMethod(Method):
     @staticmethod
     def required_on_load() -> bool:
         return True
+
+    def structure_hparams(self) -> dict[str, Any]:
+        return {k: v for k, v in self.hparams().items() if k not in self.runtime_arguments}
 
     @abstractmethod
     def surgery(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> SurgeryReport:
