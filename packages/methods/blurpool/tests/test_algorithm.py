@@ -1,0 +1,78 @@
+"""BlurPool adapter: INIT only, the report logged, checkpoints that need the same surgery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from cadence_blurpool import BlurConv2d, BlurMaxPool2d, BlurPool
+from torch.utils.data import DataLoader
+
+from cadence import Classifier, Event, InMemoryLogger, Resource, Trainer
+from cadence.testing import image_dataset
+
+
+def _trainer(algorithms: list, **kwargs) -> Trainer:
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = Classifier(torchvision.models.resnet18(num_classes=4), num_classes=4)  # as the user's code builds it
+    return Trainer(
+        model=model,
+        train_dataloader=DataLoader(image_dataset(8, 4), batch_size=4),
+        max_duration="2ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+        algorithms=algorithms,
+        device="cpu",
+        seed=1,
+        progress_bar=False,
+        **kwargs,
+    )
+
+
+def test_runs_on_init_only_and_declares_its_effects() -> None:
+    algorithm = BlurPool()
+    assert algorithm.events == (Event.INIT,) and algorithm.required_on_load()
+    assert algorithm.effects().writes == {Resource.MODEL, Resource.OPTIMIZER}
+    assert repr(algorithm) == (
+        "BlurPool(replace_convs=True, replace_maxpools=True, blur_first=True, min_channels=16, strict=False)"
+    )
+
+
+def test_the_trainer_applies_it_and_logs_the_report() -> None:
+    logger = InMemoryLogger()
+    trainer = _trainer([BlurPool()], loggers=[logger])
+    module = trainer.state.model.module
+    assert isinstance(module.maxpool, BlurMaxPool2d) and isinstance(module.layer2[0].conv1, BlurConv2d)
+    assert logger.hyperparameters["BlurPool/Conv2d -> BlurConv2d"] == 6
+    assert logger.hyperparameters["BlurPool/MaxPool2d -> BlurMaxPool2d"] == 1
+    optimizer_params = {id(p) for group in trainer.state.optimizers[0].param_groups for p in group["params"]}
+    assert optimizer_params == {id(p) for p in trainer.state.model.parameters()}
+
+
+def test_a_checkpoint_after_surgery_needs_the_same_surgery(tmp_path: Path) -> None:
+    trained = _trainer([BlurPool(blur_first=False)], save_folder=tmp_path, save_interval="2ba")
+    trained.fit()
+    checkpoint = tmp_path / "ep0-ba2.pt"
+    resumed = _trainer([BlurPool(blur_first=False)], load_path=checkpoint)
+    x = torch.rand(2, 3, 32, 32)
+    trained.state.model.eval()
+    resumed.state.model.eval()
+    assert torch.equal(trained.state.model.module(x), resumed.state.model.module(x))
+    with pytest.raises(RuntimeError, match=r"written after BlurPool\(.*blur_first=False") as refused:
+        _trainer([], load_path=checkpoint)
+    assert type(refused.value).__name__ == "CheckpointMismatchError"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"min_channels": -2}, "`min_channels`"),
+        ({"replace_convs": 1}, "`replace_convs`"),
+        ({"replace_convs": False, "replace_maxpools": False}, "`replace_maxpools`=False"),
+        ({"strict": "no"}, "`strict`"),
+    ],
+)
+def test_bad_hyperparameters_raise_at_construction(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        BlurPool(**kwargs)
