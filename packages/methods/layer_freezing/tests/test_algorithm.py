@@ -10,7 +10,7 @@ import torch
 from cadence_layer_freezing import LayerFreezing, freezable_layers
 from torch.utils.data import DataLoader
 
-import cadence.snapshot  # CheckpointMismatchError
+import cadence
 from cadence import Event, InMemoryLogger, Resource, State, Trainer
 from cadence.testing import assert_same_tensors, image_dataset, tiny_image_classifier
 
@@ -77,7 +77,7 @@ def test_a_run_resumed_after_layers_froze_equals_the_uninterrupted_run(tmp_path:
 
 def test_the_checkpoint_needs_the_method_to_load_once_layers_froze(tmp_path: Path) -> None:
     _trainer([LayerFreezing(freeze_start=0.0)], save_folder=tmp_path, save_interval="5ba").fit()
-    with pytest.raises(cadence.snapshot.CheckpointMismatchError, match="parameter group"):
+    with pytest.raises(cadence.CheckpointMismatchError, match="parameter group"):
         _trainer([], load_path=tmp_path / "ep2-ba5.pt")
     plain = tmp_path / "plain"
     _trainer([], save_folder=plain, save_interval="5ba").fit()

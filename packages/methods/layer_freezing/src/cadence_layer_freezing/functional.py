@@ -25,7 +25,7 @@ def freeze_schedule(current_duration: float, freeze_start: float = 0.5, freeze_l
     """The fraction of layers to freeze: 0 until `freeze_start`, then linear up to `freeze_level` at the end."""
     if current_duration <= freeze_start:
         return 0.0
-    return freeze_level * (current_duration - freeze_start) / (1.0 - freeze_start)
+    return freeze_level * ((current_duration - freeze_start) / (1.0 - freeze_start))  # Composer's rounding
 
 
 def freezable_layers(model: nn.Module) -> list[nn.Module]:
