@@ -11,21 +11,20 @@ import torch
 from cadence_alibi import Alibi, AlibiAttention
 from torch.utils.data import DataLoader
 
-import cadence.models  # HuggingFaceModel: not re-exported by `cadence`
-import cadence.snapshot  # CheckpointMismatchError
+import cadence
 from cadence import Callback, Event, NotApplicableError, Resource, Trainer
 from cadence.testing import tiny_image_classifier
 
 transformers = pytest.importorskip("transformers")
 
 
-def lm(positions: int = 16, implementation: str = "sdpa") -> cadence.models.HuggingFaceModel:
+def lm(positions: int = 16, implementation: str = "sdpa") -> cadence.HuggingFaceModel:
     torch.manual_seed(0)
     config = transformers.GPT2Config(
         n_embd=32, n_layer=2, n_head=2, n_positions=positions, vocab_size=100, bos_token_id=0, eos_token_id=0,
         attn_implementation=implementation,
     )  # fmt: skip
-    return cadence.models.HuggingFaceModel(transformers.GPT2LMHeadModel(config))
+    return cadence.HuggingFaceModel(transformers.GPT2LMHeadModel(config))
 
 
 def samples(num_samples: int, length: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
@@ -47,7 +46,7 @@ class Shapes(Callback):
         self.eval.append(tuple(state.batch["input_ids"].shape))
 
 
-def trainer(algorithms: list, model: cadence.models.HuggingFaceModel | None = None, **kwargs: Any) -> Trainer:
+def trainer(algorithms: list, model: cadence.HuggingFaceModel | None = None, **kwargs: Any) -> Trainer:
     model = model or lm()
     return Trainer(
         model=model,
@@ -112,5 +111,8 @@ def test_a_checkpoint_after_alibi_loads_only_into_a_run_with_the_same_alibi(tmp_
         run.state.model.eval()
     with torch.no_grad():
         assert torch.equal(trained.state.model(inputs).logits, resumed.state.model(inputs).logits)
-    with pytest.raises(cadence.snapshot.CheckpointMismatchError, match=r"written after Alibi\(max_sequence_length=64"):
+    with pytest.raises(cadence.CheckpointMismatchError, match=r"written after Alibi\(max_sequence_length=64\)"):
         trainer([], load_path=checkpoint)
+    trainer([Alibi(max_sequence_length=64, train_sequence_length_scaling=0.5)], load_path=checkpoint)  # same model
+    with pytest.raises(cadence.CheckpointMismatchError, match=r"this run applies Alibi\(max_sequence_length=32\)"):
+        trainer([Alibi(max_sequence_length=32)], load_path=checkpoint)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from cadence_alibi import Alibi
 
-import cadence.models  # HuggingFaceModel: not re-exported by `cadence`
+import cadence
 from cadence.testing import MethodConformance
 
 transformers = pytest.importorskip("transformers")
@@ -30,11 +30,11 @@ def token_samples(num_samples: int, seed: int, length: int = 16, classes: int | 
 class TestAlibiConformance(MethodConformance):
     """A causal language model (ALiBi's own setting): every (B, S) entry is reshaped to (4B, S/4)."""
 
-    def make_model(self) -> cadence.models.HuggingFaceModel:
+    def make_model(self) -> cadence.HuggingFaceModel:
         config = transformers.GPT2Config(
             n_embd=32, n_layer=2, n_head=2, n_positions=16, vocab_size=100, bos_token_id=0, eos_token_id=0
         )
-        return cadence.models.HuggingFaceModel(transformers.GPT2LMHeadModel(config))
+        return cadence.HuggingFaceModel(transformers.GPT2LMHeadModel(config))
 
     def make_dataset(self, num_samples: int, seed: int = 0) -> list[dict]:  # type: ignore[override]
         return token_samples(num_samples, seed)
@@ -46,12 +46,12 @@ class TestAlibiConformance(MethodConformance):
 class TestAlibiOnAClassifierConformance(TestAlibiConformance):
     """A BERT sequence classifier (the harness's SST-2 setting): one label per sequence, so no reshape."""
 
-    def make_model(self) -> cadence.models.HuggingFaceModel:
+    def make_model(self) -> cadence.HuggingFaceModel:
         config = transformers.BertConfig(
             hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=100,
             max_position_embeddings=16, num_labels=self.num_classes,
         )  # fmt: skip
-        return cadence.models.HuggingFaceModel(transformers.BertForSequenceClassification(config))
+        return cadence.HuggingFaceModel(transformers.BertForSequenceClassification(config))
 
     def make_dataset(self, num_samples: int, seed: int = 0) -> list[dict]:  # type: ignore[override]
         return token_samples(num_samples, seed, classes=self.num_classes)

@@ -13,8 +13,7 @@ from cadence_gated_linear_units import BERTGatedFFOutput, GatedLinearUnits
 from torch import nn
 from torch.utils.data import DataLoader
 
-import cadence.models  # HuggingFaceModel: not re-exported by `cadence`
-import cadence.snapshot  # CheckpointMismatchError
+import cadence
 from cadence import Event, NotApplicableError, Resource, Trainer
 from cadence.ops import SurgeryMethod, SurgeryReport, replace_modules
 from cadence.testing import tiny_image_classifier
@@ -22,12 +21,12 @@ from cadence.testing import tiny_image_classifier
 transformers = pytest.importorskip("transformers")
 
 
-def bert() -> cadence.models.HuggingFaceModel:
+def bert() -> cadence.HuggingFaceModel:
     torch.manual_seed(0)
     config = transformers.BertConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=100
     )
-    return cadence.models.HuggingFaceModel(transformers.BertForSequenceClassification(config))
+    return cadence.HuggingFaceModel(transformers.BertForSequenceClassification(config))
 
 
 def samples(num_samples: int = 8, seed: int = 0) -> list[dict[str, torch.Tensor]]:
@@ -110,5 +109,5 @@ def test_a_checkpoint_after_glu_loads_into_a_fresh_model_with_the_same_method_an
         run.state.model.eval()
     with torch.no_grad():
         assert torch.equal(trained.state.model(batch).logits, resumed.state.model(batch).logits)
-    with pytest.raises(cadence.snapshot.CheckpointMismatchError, match=r"written after GatedLinearUnits\(act_fn=None"):
+    with pytest.raises(cadence.CheckpointMismatchError, match=r"written after GatedLinearUnits\(act_fn=None"):
         trainer([], load_path=checkpoint)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from cadence_gated_linear_units import GatedLinearUnits
 
-import cadence.models  # HuggingFaceModel: not re-exported by `cadence`
+import cadence
 from cadence.testing import MethodConformance
 
 transformers = pytest.importorskip("transformers")
@@ -30,12 +30,12 @@ def token_samples(num_samples: int, seed: int, classes: int | None = None, lengt
 class TestGatedLinearUnitsConformance(MethodConformance):
     """A BERT sequence classifier (Composer's setting)."""
 
-    def make_model(self) -> cadence.models.HuggingFaceModel:
+    def make_model(self) -> cadence.HuggingFaceModel:
         config = transformers.BertConfig(
             hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=100,
             num_labels=self.num_classes,
         )  # fmt: skip
-        return cadence.models.HuggingFaceModel(transformers.BertForSequenceClassification(config))
+        return cadence.HuggingFaceModel(transformers.BertForSequenceClassification(config))
 
     def make_dataset(self, num_samples: int, seed: int = 0) -> list[dict]:  # type: ignore[override]
         return token_samples(num_samples, seed, classes=self.num_classes)
@@ -47,9 +47,9 @@ class TestGatedLinearUnitsConformance(MethodConformance):
 class TestGatedLinearUnitsOnGPT2Conformance(TestGatedLinearUnitsConformance):
     """A GPT-2 language model (beyond Composer), with biases and a given activation."""
 
-    def make_model(self) -> cadence.models.HuggingFaceModel:
+    def make_model(self) -> cadence.HuggingFaceModel:
         config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, bos_token_id=0, eos_token_id=0)
-        return cadence.models.HuggingFaceModel(transformers.GPT2LMHeadModel(config))
+        return cadence.HuggingFaceModel(transformers.GPT2LMHeadModel(config))
 
     def make_dataset(self, num_samples: int, seed: int = 0) -> list[dict]:  # type: ignore[override]
         return token_samples(num_samples, seed)

@@ -10,8 +10,7 @@ from cadence_low_precision_layernorm import LowPrecisionLayerNorm, LPLayerNorm
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-import cadence.models
-import cadence.snapshot
+import cadence
 from cadence import Classifier, Event, InMemoryLogger, Resource, State, Trainer
 from cadence.ops import NoEffectWarning, SurgeryMethod, SurgeryReport, replace_modules
 
@@ -91,7 +90,7 @@ def test_in_a_bf16_run_every_layernorm_of_an_hf_model_runs_in_bf16() -> None:
     config = transformers.BertConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=100
     )
-    model = cadence.models.HuggingFaceModel(transformers.BertForSequenceClassification(config))
+    model = cadence.HuggingFaceModel(transformers.BertForSequenceClassification(config))
     logger = InMemoryLogger()
     trainer = _trainer([LowPrecisionLayerNorm()], model, DataLoader(_Texts(), batch_size=4), loggers=[logger])
     assert _exact_layernorms(model) == 0 and sum(isinstance(m, LPLayerNorm) for m in model.modules()) == 5
@@ -139,7 +138,7 @@ def test_a_checkpoint_after_surgery_needs_the_same_surgery(tmp_path: Path) -> No
         model.eval()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(trained.state.model.module(x), resumed.state.model.module(x))
-    with pytest.raises(cadence.snapshot.CheckpointMismatchError, match=r"LowPrecisionLayerNorm\(apply_at='init'"):
+    with pytest.raises(cadence.CheckpointMismatchError, match=r"LowPrecisionLayerNorm\(apply_at='init'"):
         _trainer([], load_path=checkpoint)
-    with pytest.raises(cadence.snapshot.CheckpointMismatchError, match="apply_at='after_load'"):
+    with pytest.raises(cadence.CheckpointMismatchError, match="apply_at='after_load'"):
         _trainer([LowPrecisionLayerNorm("after_load")], load_path=checkpoint)

@@ -12,7 +12,7 @@ from cadence_seq_length_warmup import SeqLengthWarmup, set_batch_sequence_length
 from torch import nn
 from torch.utils.data import Dataset
 
-import cadence.models
+import cadence
 from cadence.testing import MethodConformance
 
 transformers = pytest.importorskip("transformers")
@@ -52,7 +52,7 @@ class TestSeqLengthWarmupConformance(MethodConformance):
             hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=VOCAB,
             num_labels=self.num_classes,
         )  # fmt: skip
-        return cadence.models.HuggingFaceModel(transformers.BertForSequenceClassification(config))
+        return cadence.HuggingFaceModel(transformers.BertForSequenceClassification(config))
 
     def make_dataset(self, num_samples: int, seed: int = 0) -> Dataset:  # type: ignore[override]
         return Tokens(num_samples, self.num_classes, self.causal, seed)
@@ -81,4 +81,4 @@ class TestSeqLengthWarmupReshapingConformance(TestSeqLengthWarmupConformance):
         config = transformers.GPT2Config(
             n_embd=32, n_layer=2, n_head=2, vocab_size=VOCAB, n_positions=SEQ, bos_token_id=0, eos_token_id=0
         )
-        return cadence.models.HuggingFaceModel(transformers.GPT2LMHeadModel(config))
+        return cadence.HuggingFaceModel(transformers.GPT2LMHeadModel(config))

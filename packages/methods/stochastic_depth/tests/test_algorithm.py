@@ -13,7 +13,7 @@ import torch
 from cadence_stochastic_depth import StochasticBlock, StochasticDepth, apply_stochastic_depth
 from torch.utils.data import DataLoader, TensorDataset
 
-import cadence.snapshot  # CheckpointMismatchError
+import cadence
 from cadence import Callback, Classifier, Event, Resource, State, Trainer
 
 tv = pytest.importorskip("torchvision")
@@ -80,7 +80,7 @@ def test_a_checkpoint_after_surgery_loads_into_a_fresh_model_only_with_the_metho
     trained.state.model.eval(), resumed.state.model.eval()
     assert torch.equal(trained.state.model.module(x), resumed.state.model.module(x))
     refused = r"add StochasticDepth\(target_layer_name='ResNetBasicBlock'"
-    with pytest.raises(cadence.snapshot.CheckpointMismatchError, match=refused):
+    with pytest.raises(cadence.CheckpointMismatchError, match=refused):
         _trainer([], load_path=tmp_path / "ep0-ba2.pt")
 
 

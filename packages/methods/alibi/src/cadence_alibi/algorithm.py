@@ -25,6 +25,7 @@ class Alibi(SurgeryMethod):
     # picks whole sequences, and outside methods that shorten sequences further (sequence-length warmup).
     # On INIT its surgery touches attention and position embeddings only: any place among surgeries works.
     order = 40
+    runtime_arguments = frozenset({"strict", "train_sequence_length_scaling"})  # a resumed run may reshape otherwise
 
     def __init__(self, max_sequence_length: int, train_sequence_length_scaling: float = 0.25, *, strict: bool = False):
         check_alibi_args(max_sequence_length, train_sequence_length_scaling)

@@ -105,7 +105,7 @@ def apply_alibi(
 
     Args:
         model: the model to change, e.g. a ``BertForMaskedLM``, ``GPT2LMHeadModel`` or a
-            `cadence.models.HuggingFaceModel` holding one.
+            `cadence.HuggingFaceModel` holding one.
         max_sequence_length: the longest sequence the model accepts afterwards; may exceed the
             model's ``max_position_embeddings``. A longer one raises ValueError.
         optimizers: optimizers already built on the model's parameters: rebound (the removed

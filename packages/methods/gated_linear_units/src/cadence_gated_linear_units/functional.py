@@ -83,7 +83,7 @@ def apply_gated_linear_units(
     first projection leaves the model and the optimizers.
 
     Args:
-        model: a HuggingFace BERT, RoBERTa or GPT-2 model, or a `cadence.models.HuggingFaceModel`.
+        model: a HuggingFace BERT, RoBERTa or GPT-2 model, or a `cadence.HuggingFaceModel`.
         optimizers: optimizers already built on the model's parameters (None if built afterwards):
             kept parameters keep their place and state, new ones join their block's parameter group.
         act_fn: the gate's activation; None uses each block's own (BERT's ``hidden_act``, GPT-2's
