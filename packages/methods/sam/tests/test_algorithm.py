@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 from cadence_sam import SAM, SAMOptimizer
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Algorithm, Event, InMemoryLogger, Resource, State, Trainer
 from cadence import schedulers as cadence_schedulers
@@ -157,3 +157,21 @@ def test_one_unwrapped_optimizer_only() -> None:
     wrapped = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(Exception, match="not already wrapped"):
         _trainer([SAM()], optimizers=wrapped)
+
+
+def test_a_nan_loss_stops_the_run_naming_the_step() -> None:
+    images, labels = image_dataset(16).tensors
+    images[5, 0, 0, 0] = float("nan")  # in the second batch
+    torch.manual_seed(0)
+    model = tiny_image_classifier()
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(TensorDataset(images, labels), batch_size=4),
+        max_duration="4ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.05),
+        algorithms=[SAM()],
+        device="cpu",
+        progress_bar=False,
+    )
+    with pytest.raises(Exception, match=r"loss is nan at step 2"):
+        trainer.fit()
