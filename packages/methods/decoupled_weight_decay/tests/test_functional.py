@@ -166,3 +166,8 @@ def test_a_grad_scaler_that_skips_the_step_skips_the_decay() -> None:
 def test_bad_weight_decay_is_refused_naming_it(make: type, weight_decay: object) -> None:
     with pytest.raises(ValueError, match="`weight_decay`"):
         make(_model().parameters(), lr=0.1, weight_decay=weight_decay)
+
+
+def test_the_functions_weight_decay_is_checked_too() -> None:
+    with pytest.raises(ValueError, match=r"`weight_decay`=-0\.1"):
+        apply_decoupled_weight_decay([], weight_decay=-0.1)

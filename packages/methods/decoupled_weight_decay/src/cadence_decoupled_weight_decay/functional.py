@@ -50,6 +50,8 @@ def apply_decoupled_weight_decay(
             device (no host synchronisation): the steps that a GradScaler or a trainer skipping
             NaN losses does not take get no decay either.
     """
+    if weight_decay is not None:
+        check_decoupled_weight_decay_args(weight_decay)
     groups = list(param_groups)
     finite = _all_finite(groups) if only_if_finite else None
     for group in groups:

@@ -38,9 +38,9 @@ class SAMOptimizer(torch.optim.Optimizer):
 
     `param_groups` and `state` are the base optimizer's own objects, so LR schedulers built on
     either act on the same groups; `state_dict` is the base's plus SAM's step counter (resume
-    through this wrapper). The closure runs forward and backward over the whole batch; it may take
-    a ``sync`` keyword (False: skip the DDP gradient all-reduce) and must not zero the gradients
-    before its backward unless it wants to (SAM zeroes them between its two evaluations).
+    through this wrapper). The closure runs forward and backward over the whole batch and returns
+    the loss; it may take a ``sync`` keyword (False: skip the DDP gradient all-reduce). It need not
+    zero the gradients: SAM does between its two evaluations.
 
     Args:
         base_optimizer: takes the steps (SGD, AdamW, DecoupledSGDW, ...).
