@@ -9,7 +9,7 @@ import torch
 from cadence_weight_standardization import WeightStandardization, is_standardized
 from torch.utils.data import DataLoader
 
-from cadence import Classifier, Event, NotApplicableError, Resource, State, Trainer
+from cadence import CheckpointMismatchError, Classifier, Event, NotApplicableError, Resource, State, Trainer
 from cadence.testing import image_dataset, mlp_classifier, tiny_image_classifier
 
 
@@ -60,10 +60,11 @@ def test_a_checkpoint_after_the_surgery_loads_into_a_fresh_model_only_with_the_m
     trained.state.model.eval()
     resumed.state.model.eval()
     assert torch.equal(trained.state.model.module(x), resumed.state.model.module(x))
-    with pytest.raises(RuntimeError, match=r"add WeightStandardization\(n_last_layers_ignore=0\)") as error:
+    with pytest.raises(CheckpointMismatchError, match=r"add WeightStandardization\(n_last_layers_ignore=0\)"):
         _trainer([], load_path=checkpoint)
-    assert type(error.value).__name__ == "CheckpointMismatchError"
-    with pytest.raises(RuntimeError, match=r"this run applies WeightStandardization\(n_last_layers_ignore=1"):
+    with pytest.raises(
+        CheckpointMismatchError, match=r"this run applies WeightStandardization\(n_last_layers_ignore=1"
+    ):
         _trainer([WeightStandardization(1)], load_path=checkpoint)
 
 
