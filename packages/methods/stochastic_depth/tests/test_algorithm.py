@@ -46,6 +46,7 @@ def test_events_effects_ddp_flag_and_repr() -> None:
     assert [e for e in Event if warm.match(e, state)] == [Event.INIT, Event.BATCH_START]
     assert plain.effects().writes == {Resource.MODEL} and plain.required_on_load()
     assert plain.find_unused_parameters and not StochasticDepth("ResNetBasicBlock", "sample").find_unused_parameters
+    assert StochasticDepth().target_layer_name == "ResNetBlock"  # Composer requires it: both ResNet blocks here
     assert repr(StochasticDepth("ResNetBottleneck", drop_rate=0.1, seed=2)) == (
         "StochasticDepth(target_layer_name='ResNetBottleneck', stochastic_method='block', drop_rate=0.1, "
         "drop_distribution='linear', drop_warmup='0.0dur', seed=2, strict=False)"

@@ -159,6 +159,13 @@ def test_a_second_application_changes_nothing_and_says_so() -> None:
     assert str(model) == structure
 
 
+def test_the_default_wraps_every_known_resnet_block_in_module_order() -> None:
+    model = nn.Sequential(tv.models.resnet.BasicBlock(4, 4), timm.models.resnet.Bottleneck(16, 4))
+    report = apply_stochastic_depth(model)
+    assert report.replaced == {"BasicBlock -> StochasticBlock": ["0"], "Bottleneck -> StochasticBlock": ["1"]}
+    assert [m.drop_rate for m in model] == pytest.approx([0.1, 0.2])
+
+
 def test_no_matching_block_warns_naming_the_block_the_model_has() -> None:
     with pytest.warns(NoEffectWarning, match="pass target_layer_name='ResNetBasicBlock'"):
         apply_stochastic_depth(tv.models.resnet18(), "ResNetBottleneck")

@@ -31,7 +31,7 @@ class StochasticDepth(SurgeryMethod, RandomMethod):
 
     def __init__(
         self,
-        target_layer_name: str | type[nn.Module],
+        target_layer_name: str | type[nn.Module] = "ResNetBlock",
         stochastic_method: str = "block",
         drop_rate: float = 0.2,
         drop_distribution: str = "linear",

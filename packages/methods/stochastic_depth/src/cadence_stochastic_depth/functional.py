@@ -25,8 +25,12 @@ __all__ = [
     "set_drop_rates",
 ]
 
-TARGET_LAYERS = {"ResNetBottleneck": "Bottleneck", "ResNetBasicBlock": "BasicBlock"}
-"""Names of the known residual blocks -> the torchvision and timm class they stand for."""
+TARGET_LAYERS = {
+    "ResNetBlock": ("BasicBlock", "Bottleneck"),
+    "ResNetBottleneck": ("Bottleneck",),
+    "ResNetBasicBlock": ("BasicBlock",),
+}
+"""Names of the known residual blocks -> the torchvision and timm classes they stand for."""
 DROP_DISTRIBUTIONS = ("linear", "uniform")
 
 
@@ -61,12 +65,12 @@ def _is_target(module: nn.Module, target_layer_name: str | type[nn.Module]) -> b
     if isinstance(target_layer_name, type):
         return isinstance(module, target_layer_name)
     cls = type(module)
-    return (cls.__module__, cls.__qualname__) in KNOWN_BLOCKS and cls.__qualname__ == TARGET_LAYERS[target_layer_name]
+    return (cls.__module__, cls.__qualname__) in KNOWN_BLOCKS and cls.__qualname__ in TARGET_LAYERS[target_layer_name]
 
 
 def apply_stochastic_depth(
     model: nn.Module,
-    target_layer_name: str | type[nn.Module],
+    target_layer_name: str | type[nn.Module] = "ResNetBlock",
     stochastic_method: str = "block",
     drop_rate: float = 0.2,
     drop_distribution: str = "linear",
@@ -84,8 +88,9 @@ def apply_stochastic_depth(
     Args:
         model: the network (a ``torch.compile``-d model is unwrapped; DDP is refused).
         target_layer_name: ``'ResNetBottleneck'`` (torchvision's and timm's ``Bottleneck``, Composer's
-            name), ``'ResNetBasicBlock'`` (their ``BasicBlock``), or a block class that follows the
-            residual contract (its instances, subclasses included, are wrapped).
+            name), ``'ResNetBasicBlock'`` (their ``BasicBlock``), ``'ResNetBlock'`` (both; the default,
+            where Composer requires the argument), or a block class that follows the residual
+            contract (its instances, subclasses included, are wrapped).
         stochastic_method: ``'block'`` drops a block's branch for the whole batch (and skips its
             compute); ``'sample'`` drops it per sample.
         drop_rate: the drop probability of the deepest block, in [0, 1].
