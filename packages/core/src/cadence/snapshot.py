@@ -226,7 +226,8 @@ def _restore_optimizers(state: State, payload: dict[str, Any], path: str | Path)
     saved_types = payload.get("optimizer_types", [None] * len(saved_states))
     for index, (optimizer, saved, saved_type) in enumerate(zip(state.optimizers, saved_states, saved_types)):
         ours = type(optimizer).__qualname__
-        if saved_type is not None and saved_type != ours:
+        base = getattr(optimizer, "base_optimizer", None)  # a wrapper (SAM) starts from its base's state
+        if saved_type is not None and saved_type not in (ours, type(base).__qualname__ if base else None):
             raise CheckpointMismatchError(
                 path,
                 f"optimizer {index} of the checkpoint is {saved_type} and this run's is {ours}; pass a {saved_type} "

@@ -125,6 +125,21 @@ def test_resumes_exactly_before_on_and_after_a_sam_step(tmp_path: Path, stop: in
     assert_same_tensors(whole.state.optimizers[0].state_dict(), resumed.state.optimizers[0].state_dict(), "opt")
 
 
+def test_a_run_without_sam_continues_with_sam_from_its_base_optimizers_state(tmp_path: Path) -> None:
+    from cadence import CheckpointMismatchError
+
+    plain = _trainer([], duration="2ba", save_folder=tmp_path / "plain", save_interval="2ba")
+    plain.fit()
+    continued = _trainer(
+        [SAM(rho=0.5)], duration="4ba", load_path=tmp_path / "plain" / "ep0-ba2.pt", save_folder=tmp_path / "sam"
+    )
+    base = continued.state.optimizers[0].base_optimizer
+    assert_same_tensors(plain.state.optimizers[0].state_dict(), base.state_dict(), "the momentum carries over")
+    continued.fit()
+    with pytest.raises(CheckpointMismatchError, match="is SAMOptimizer and this run's is SGD"):
+        _trainer([], duration="4ba", load_path=tmp_path / "sam" / "ep1-ba4.pt")  # never the other way round
+
+
 class _DecayAfterTrainBatch(Algorithm):
     """Stands in for a method that changes the weights on AFTER_TRAIN_BATCH (decoupled weight decay)."""
 
