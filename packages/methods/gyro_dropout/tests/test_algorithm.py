@@ -10,7 +10,7 @@ from cadence_gyro_dropout import GyroDropout, GyroDropoutLayer
 from torch import nn
 from torch.utils.data import DataLoader
 
-import cadence.snapshot  # CheckpointMismatchError
+import cadence
 from cadence import Classifier, Event, MethodError, Resource, State, Trainer
 from cadence.testing import assert_same_tensors, image_dataset
 
@@ -69,7 +69,7 @@ def test_a_checkpoint_after_surgery_restores_the_sub_networks_and_needs_the_meth
     assert layer.preselect_masks.shape == (4, 16) and layer.training_step == 3
     assert_same_tensors(layer.preselect_masks, saved["module.6.preselect_masks"], "pool")
     assert torch.equal(layer.preselect_masks, _gyro(trained).preselect_masks)  # drawn once, kept for the run
-    with pytest.raises(cadence.snapshot.CheckpointMismatchError, match=r"add GyroDropout\(p=0.5, sigma=4, tau=2"):
+    with pytest.raises(cadence.CheckpointMismatchError, match=r"add GyroDropout\(p=0.5, sigma=4, tau=2"):
         _trainer([], load_path=tmp_path / "ep0-ba3.pt")
 
 
