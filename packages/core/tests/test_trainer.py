@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from cadence import Callback, Classifier, Event, InMemoryLogger, Trainer
+from cadence import Callback, Classifier, Event, InMemoryLogger, Logger, State, Trainer
 from cadence.testing import mlp_classifier, tiny_image_classifier
 
 
@@ -310,21 +310,31 @@ def test_an_optimizer_that_steps_with_a_closure_runs_the_batch_inside_it() -> No
             super().step()
             return (first + second) / 2
 
-    counter = EventCounter()
+    class SamplesSeenByMetrics(Callback):
+        def __init__(self) -> None:
+            self.counted: list[int] = []
+
+        def batch_end(self, state: State, logger: Logger) -> None:
+            accuracy = state.train_metrics["MulticlassAccuracy"]
+            self.counted.append(int((accuracy.tp + accuracy.fn).sum()))
+
+    counter, seen = EventCounter(), SamplesSeenByMetrics()
     model = mlp_classifier(4, 2)
-    data = TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    data = TensorDataset(torch.randn(12, 4), torch.randint(0, 2, (12,)))
     logger = InMemoryLogger()
     Trainer(
         model=model,
         train_dataloader=DataLoader(data, batch_size=4),
         max_duration="2ba",
         optimizers=TwoPassSGD(model.parameters(), lr=0.1),
-        callbacks=[counter],
+        callbacks=[counter, seen],
         loggers=[logger],
         progress_bar=False,
         seed=0,
+        compute_train_metrics=True,
     ).fit()
     assert counter.counts[Event.BEFORE_FORWARD] == 4 and counter.counts[Event.AFTER_TRAIN_BATCH] == 4
     assert counter.counts[Event.BATCH_END] == 2
+    assert seen.counted == [4, 8], "train metrics count each sample once per step, at the first pass's outputs"
     _, losses = logger.get_timeseries("loss/train/total")
     assert len(losses) == 2 and all(loss > 0 for loss in losses)

@@ -9,6 +9,7 @@ AFTER_LOAD, then wrap the model in DDP. ``fit()`` runs epochs of batches of micr
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import time
 import warnings
@@ -341,8 +342,10 @@ class Trainer:
         self.engine.run_event(Event.BEFORE_TRAIN_BATCH)
         step = state.timestamp.batch + 1
         if self._closure_optimizer is not None:  # e.g. SAM re-evaluates the loss: the batch runs in the closure
-            batch = state.batch
-            loss = self._closure_optimizer.step(closure=lambda sync=True: self._forward_backward(batch, sync))
+            batch, passes = state.batch, itertools.count()  # train metrics see the first pass only
+            loss = self._closure_optimizer.step(
+                closure=lambda sync=True: self._forward_backward(batch, sync, metrics=next(passes) == 0)
+            )
             if not self._nonfinite.observe(loss, step):  # the update is done: it cannot be skipped any more
                 raise NonFiniteLossError(step, float(loss), " (a closure optimizer updated the weights already)")
         else:
@@ -366,7 +369,7 @@ class Trainer:
         self.engine.run_event(Event.BATCH_END)
         self._evaluate_and_save_if_due(Event.BATCH_END, Event.BATCH_CHECKPOINT)
 
-    def _forward_backward(self, batch: Any, sync: bool = True) -> torch.Tensor:
+    def _forward_backward(self, batch: Any, sync: bool = True, metrics: bool = True) -> torch.Tensor:
         """Forward, loss and backward over the microbatches of `batch`; returns the batch's mean loss.
 
         Under DDP the gradients are all-reduced on the last microbatch, unless `sync` is False (a
@@ -382,7 +385,7 @@ class Trainer:
             no_sync = getattr(self._forward_module, "no_sync", None)
             with no_sync() if (no_sync is not None and not (is_last and sync)) else contextlib.nullcontext():
                 weight = batch_num_samples(microbatch) / batch_size if batch_size else 1.0
-                loss = self._train_microbatch(microbatch, weight)
+                loss = self._train_microbatch(microbatch, weight, metrics and self.compute_train_metrics)
             total = loss if total is None else total + loss
         state.batch = batch
         if state.scaler is not None:
@@ -392,7 +395,7 @@ class Trainer:
         assert total is not None
         return total
 
-    def _train_microbatch(self, microbatch: Any, weight: float) -> torch.Tensor:
+    def _train_microbatch(self, microbatch: Any, weight: float, update_metrics: bool) -> torch.Tensor:
         """One microbatch; its loss is scaled by its share of the batch so gradients add up to the batch mean."""
         state, engine = self.state, self.engine
         state.batch = microbatch
@@ -410,7 +413,7 @@ class Trainer:
             loss = loss * weight
         (state.scaler.scale(loss) if state.scaler is not None else loss).backward(create_graph=self._create_graph)
         engine.run_event(Event.AFTER_BACKWARD)
-        if self.compute_train_metrics:
+        if update_metrics:
             for metric in state.train_metrics.values():
                 state.model.update_metric(state.batch, state.outputs, metric)
         return loss.detach()
