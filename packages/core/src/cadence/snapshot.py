@@ -215,6 +215,13 @@ def restore_run(state: State, payload: dict[str, Any], schedulers: list[Any], pa
     return {"rng": rng[state.rank] if state.rank < len(rng) else None, "trainer": payload.get("trainer", {})}
 
 
+def _missing_methods_hint(state: State, payload: dict[str, Any]) -> str:
+    """Methods the writing run used and this one does not (one may have changed the parameter groups)."""
+    ours = {type(algorithm).__qualname__ for algorithm in state.algorithms}
+    missing = sorted({name for name, _ in payload.get("algorithms", []) if name not in ours})
+    return f", with the same methods: add {', '.join(missing)} to algorithms=" if missing else ""
+
+
 def _restore_optimizers(state: State, payload: dict[str, Any], path: str | Path) -> None:
     saved_states = payload["optimizers"]
     if len(saved_states) != len(state.optimizers):
@@ -239,5 +246,6 @@ def _restore_optimizers(state: State, payload: dict[str, Any], path: str | Path)
             raise CheckpointMismatchError(
                 path,
                 f"the state of optimizer {index} ({saved_type or 'unknown type'}) does not fit this run's {ours} "
-                f"({type(error).__name__}: {error}); build it over the same parameters as the run that wrote it",
+                f"({type(error).__name__}: {error}); build it over the same parameters as the run that wrote it"
+                + _missing_methods_hint(state, payload),
             ) from None
