@@ -4,7 +4,8 @@ Building blocks (torch only; a method's ``functional.py`` imports them from thei
 ``from cadence.ops.modules import eval_mode
 from cadence.ops.mixing import mix_with_permutation``):
 
-* `checks`: argument checks that name the argument (`check_number`, `check_int`, `check_bool`, ...).
+* `checks`: argument checks that name the argument (`check_number`, `check_int`, `check_bool`,
+  `check_time`, ...).
 * `rng` and `sampling`: per-method generators (`MethodRNG`, `derive_seed`) and seedable Gamma,
   Beta and Dirichlet draws on any device.
 * `mixing` and `targets`: pairing examples within a batch, dense targets, soft cross-entropy.
@@ -22,12 +23,20 @@ The adapter side (``algorithm.py`` imports these from ``cadence.ops``):
 * `require_tensor`, `read_batch_item`, `describe_batch`: for `Algorithm.check_applicable`.
 * `eval_mode` (a scoring pass that leaves every module's train/eval flag as it was).
 * Batch access (`BatchKey`, `check_batch_key`, `batch_get_item`, `batch_set_item`,
-  `take_samples`) and `autocast_context`, re-exported from the core.
+  `take_samples`, `batch_to_device`, `split_batch`) and `autocast_context`, re-exported from the core.
 
 See ``packages/methods/README.md`` for how a method package uses them.
 """
 
-from cadence.batch import BatchKey, batch_get_item, batch_set_item, check_batch_key, take_samples
+from cadence.batch import (
+    BatchKey,
+    batch_get_item,
+    batch_set_item,
+    batch_to_device,
+    check_batch_key,
+    split_batch,
+    take_samples,
+)
 from cadence.ops.applicability import describe_batch, read_batch_item, require_tensor
 from cadence.ops.augment import apply_ops, augment_batch, augment_image, draw_ops, random_uniform
 from cadence.ops.augmentation_method import AugmentationMethod
@@ -39,6 +48,7 @@ from cadence.ops.checks import (
     check_int,
     check_number,
     check_seed,
+    check_time,
     describe,
 )
 from cadence.ops.dataset_transforms import add_dataset_transform
@@ -84,6 +94,7 @@ __all__ = [
     "autocast_context",
     "batch_get_item",
     "batch_set_item",
+    "batch_to_device",
     "check_batch_key",
     "check_bool",
     "check_callable",
@@ -91,6 +102,7 @@ __all__ = [
     "check_int",
     "check_number",
     "check_seed",
+    "check_time",
     "derive_seed",
     "describe",
     "describe_batch",
@@ -115,6 +127,7 @@ __all__ = [
     "sample_gamma",
     "sample_log_gamma",
     "soft_cross_entropy",
+    "split_batch",
     "take_samples",
     "tensor_to_pil",
     "to_pixels",

@@ -8,6 +8,7 @@ work is done::
     keep = check_number("keep", keep, gt=0, le=1)         # in (0, 1]
     depth = check_int("depth", depth, ge=1)
     batched = check_bool("batched", batched)
+    start = check_time("ema_start", ema_start, (TimeUnit.DURATION, TimeUnit.EPOCH))  # '0.5dur', 0.5, '3ep'
 
 Wrong values raise `ValueError`; wrong types raise `ArgumentTypeError`, which is both a
 `TypeError` and a `ValueError` (for the caller, a wrong type is a wrong value: catch either).
@@ -23,6 +24,8 @@ import numbers
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from cadence.time import Time, TimeUnit
+
 __all__ = [
     "MAX_SEED",
     "ArgumentTypeError",
@@ -32,6 +35,7 @@ __all__ = [
     "check_int",
     "check_number",
     "check_seed",
+    "check_time",
     "describe",
 ]
 
@@ -151,3 +155,26 @@ def check_callable(name: str, value: Any, *, arguments: int, signature: str, hin
     except ValueError:  # builtins without a signature: trust them
         pass
     return value
+
+
+def check_time(name: str, value: Any, units: Iterable[TimeUnit], *, positive: bool = False) -> Time:
+    """A method's time argument as a `Time` in one of `units`: a time string (``'500ba'``, ``'0.1dur'``),
+    a `Time`, or a float, which means a fraction of the run (Composer's convention). A fraction of the
+    run is at most 1; `positive` refuses zero. A bare int is refused: its unit would be a guess."""
+    allowed = tuple(units)
+    example = "'0.1dur'" if allowed[0] is TimeUnit.DURATION else f"'10{allowed[0].value}'"
+    if isinstance(value, bool) or not isinstance(value, (str, Time, float)):
+        raise ArgumentTypeError(
+            f"`{name}`={describe(value)} is not a time: write a time string such as {example}, a Time, or a float "
+            "fraction of the run"
+        )
+    try:
+        time = Time(value, TimeUnit.DURATION) if isinstance(value, float) else Time.from_input(value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"`{name}`={describe(value)} is not a time: {error}") from None
+    too_long = time.unit is TimeUnit.DURATION and time.value > 1
+    if time.unit not in allowed or time.value < 0 or (positive and time.value == 0) or too_long:
+        names = ", ".join(unit.value if unit is not TimeUnit.DURATION else "dur (at most 1)" for unit in allowed)
+        amount = f"{'a positive' if positive else 'an'} amount of {names}"
+        raise _fail(ValueError, name, value, amount, f"e.g. {example}")
+    return time

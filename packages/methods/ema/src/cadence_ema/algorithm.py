@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from cadence import Effects, Event, Resource, State, Time, TimeUnit
-from cadence.ops import Method, check_choice, check_number
+from cadence.ops import Method, check_choice, check_number, check_time
 from cadence_ema.functional import compute_ema, ema_weights, smoothing_from_half_life, swap_weights
 
 __all__ = ["EMA", "check_ema_args"]
@@ -102,20 +102,6 @@ class EMA(Method):
         return Effects(reads={Resource.WEIGHTS}, writes={Resource.WEIGHTS}, conflicts={"SWA": fix})
 
 
-def _check_time(name: str, value: Any, units: tuple[TimeUnit, ...], *, positive: bool = False) -> Time:
-    """`value` (a time string, a `Time`, or a float: a fraction of the run) as a Time in one of `units`."""
-    try:
-        if isinstance(value, bool) or not isinstance(value, (str, Time, float)):
-            raise TypeError(f"write a time string such as '10{units[0].value}', not a {type(value).__name__}")
-        time = Time(value, TimeUnit.DURATION) if isinstance(value, float) else Time.from_input(value)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"`{name}`={value!r} is not a time: {error}") from None
-    if time.unit not in units or (positive and time.value <= 0) or (time.unit is TimeUnit.DURATION and time.value > 1):
-        allowed = ", ".join(u.value if u is not TimeUnit.DURATION else "dur (at most 1)" for u in units)
-        raise ValueError(f"`{name}`={value!r} must be {'a positive' if positive else 'an'} amount of {allowed}")
-    return time
-
-
 def check_ema_args(half_life: Any, smoothing: Any, ema_start: Any, update_interval: Any) -> tuple[float, Time, Time]:
     """EMA's arguments as (smoothing per update, ema_start, update_interval); each refusal names the argument.
 
@@ -129,10 +115,10 @@ def check_ema_args(half_life: Any, smoothing: Any, ema_start: Any, update_interv
             f"EMA takes exactly one of `half_life` and `smoothing`, got {given} (half_life={half_life!r}, "
             f"smoothing={smoothing!r}): e.g. EMA(half_life='1000ba') or EMA(half_life=None, smoothing=0.999)"
         )
-    start = _check_time("ema_start", ema_start, (TimeUnit.DURATION, *_BA_EP))
-    life = None if half_life is None else _check_time("half_life", half_life, _BA_EP, positive=True)
+    start = check_time("ema_start", ema_start, (TimeUnit.DURATION, *_BA_EP))
+    life = None if half_life is None else check_time("half_life", half_life, _BA_EP, positive=True)
     default = Time(1, life.unit if life else TimeUnit.BATCH)
-    every = _check_time(
+    every = check_time(
         "update_interval", default if update_interval is None else update_interval, _BA_EP, positive=True
     )
     if life is None:

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from cadence import Effects, Event, Resource, State, Time, TimeUnit, ensure_time
-from cadence.ops import RandomMethod, SurgeryMethod, SurgeryReport
+from cadence import Effects, Event, Resource, State, Time, TimeUnit
+from cadence.ops import RandomMethod, SurgeryMethod, SurgeryReport, check_time
 from cadence_stochastic_depth.functional import apply_stochastic_depth, check_stochastic_depth_args, set_drop_rates
 
 __all__ = ["StochasticDepth"]
@@ -41,7 +41,7 @@ class StochasticDepth(SurgeryMethod, RandomMethod):
         strict: bool = False,
     ):
         check_stochastic_depth_args(target_layer_name, stochastic_method, drop_rate, drop_distribution)
-        self._warmup = _check_warmup(drop_warmup)
+        self._warmup = check_time("drop_warmup", drop_warmup, (TimeUnit.DURATION, TimeUnit.BATCH, TimeUnit.EPOCH))
         SurgeryMethod.__init__(self, strict=strict)
         RandomMethod.__init__(self, seed=seed)
         self.target_layer_name, self.stochastic_method = target_layer_name, stochastic_method
@@ -69,17 +69,3 @@ class StochasticDepth(SurgeryMethod, RandomMethod):
 
     def effects(self) -> Effects:
         return Effects(writes={Resource.MODEL})  # the blocks keep their parameters: optimizers are untouched
-
-
-def _check_warmup(drop_warmup: Any) -> Time:
-    """`drop_warmup` as a Time in dur (at most 1), ba or ep; a float is a fraction of the run (Composer)."""
-    try:
-        is_fraction = isinstance(drop_warmup, float)
-        warmup = Time(drop_warmup, TimeUnit.DURATION) if is_fraction else ensure_time(drop_warmup)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"`drop_warmup`={drop_warmup!r} is not a time: {error}") from None
-    if warmup.unit not in (TimeUnit.DURATION, TimeUnit.BATCH, TimeUnit.EPOCH) or (
-        warmup.unit is TimeUnit.DURATION and warmup.value > 1
-    ):
-        raise ValueError(f"`drop_warmup`={drop_warmup!r} must be in dur (at most 1.0), ba or ep, e.g. '0.1dur'")
-    return warmup

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from cadence import Effects, Event, Resource, State, Time, TimeUnit
-from cadence.ops import Method, autocast_context
+from cadence.ops import Method, autocast_context, check_time
 from cadence_swa.functional import (
     average_weights,
     check_swa_args,
@@ -143,26 +143,12 @@ class SWA(Method):
 _EVENT_OF = {TimeUnit.BATCH: Event.BATCH_END, TimeUnit.EPOCH: Event.EPOCH_END}
 
 
-def _check_time(name: str, value: Any, units: tuple[TimeUnit, ...], *, positive: bool = False) -> Time:
-    """`value` (a time string, a `Time`, or a float: a fraction of the run) as a Time in one of `units`."""
-    try:
-        if isinstance(value, bool) or not isinstance(value, (str, Time, float)):
-            raise TypeError(f"write a time string such as '10{units[0].value}', not a {type(value).__name__}")
-        time = Time(value, TimeUnit.DURATION) if isinstance(value, float) else Time.from_input(value)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"`{name}`={value!r} is not a time: {error}") from None
-    if time.unit not in units or (positive and time.value <= 0) or (time.unit is TimeUnit.DURATION and time.value > 1):
-        allowed = ", ".join(u.value if u is not TimeUnit.DURATION else "dur (at most 1)" for u in units)
-        raise ValueError(f"`{name}`={value!r} must be {'a positive' if positive else 'an'} amount of {allowed}")
-    return time
-
-
 def check_swa_times(swa_start: Any, swa_end: Any, update_interval: Any) -> tuple[Time, Time, Time]:
     """SWA's times, each refused naming it: `swa_start` < `swa_end`, both in dur (a float is a fraction of the
     run), ep or ba and in the same unit; `update_interval` a whole positive number of ba or ep."""
     window = (TimeUnit.DURATION, TimeUnit.EPOCH, TimeUnit.BATCH)
-    start, end = _check_time("swa_start", swa_start, window), _check_time("swa_end", swa_end, window)
-    every = _check_time("update_interval", update_interval, (TimeUnit.BATCH, TimeUnit.EPOCH), positive=True)
+    start, end = check_time("swa_start", swa_start, window), check_time("swa_end", swa_end, window)
+    every = check_time("update_interval", update_interval, (TimeUnit.BATCH, TimeUnit.EPOCH), positive=True)
     if start.unit is not end.unit:
         raise ValueError(f"`swa_start`={swa_start!r} and `swa_end`={swa_end!r} must use the same unit, e.g. "
                          "swa_start='0.7dur', swa_end='0.97dur' or swa_start='70ep', swa_end='97ep'")  # fmt: skip
