@@ -134,6 +134,49 @@ def test_an_untraceable_forward_falls_back_to_definition_order_and_says_so() -> 
         assert apply_weight_standardization(Untraceable()) == 2
 
 
+class DrawsOnFirstCall(nn.Module):
+    """A layer that keeps state drawn on its first training call (as GyroDropout's mask pool)."""
+
+    def __init__(self, generator: torch.Generator):
+        super().__init__()
+        self.generator, self.calls = generator, 0
+        self.register_buffer("drawn", torch.zeros(0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.calls += 1
+            if self.drawn.numel() == 0:
+                self.drawn = torch.rand(x.shape[-1], generator=self.generator)
+        return x
+
+
+class NoisyBlock(nn.Module):
+    """A block holding a convolution that draws random numbers in training mode."""
+
+    def __init__(self, generator: torch.Generator):
+        super().__init__()
+        self.conv, self.generator = nn.Conv2d(4, 4, 3, padding=1), generator
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            x = x + torch.rand(1, generator=self.generator)
+        return self.conv(x)
+
+
+def test_finding_the_order_runs_no_training_forward_and_draws_nothing() -> None:
+    """Tracing must not leave proxies in a layer's buffers nor move a generator (found with GyroDropout)."""
+    generator = torch.Generator().manual_seed(0)
+    before = generator.get_state()
+    stateful = DrawsOnFirstCall(generator)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), NoisyBlock(generator), stateful, nn.Flatten(), nn.Linear(4, 2))
+    model.train()
+    assert apply_weight_standardization(model) == 2
+    assert stateful.calls == 0 and stateful.drawn.numel() == 0 and torch.equal(generator.get_state(), before)
+    assert all(module.training for module in model.modules())
+    model(torch.rand(2, 3, 3, 3)).sum().backward()  # and the layer works on real tensors afterwards
+    assert stateful.calls == 1 and stateful.drawn.numel() == 1
+
+
 def test_the_optimizer_keeps_the_same_parameters_and_their_state() -> None:
     model = _resnet18()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from cadence.ops.checks import check_int
+from cadence.ops.modules import eval_mode
 from cadence.ops.surgery import NoEffectError, NoEffectWarning, SurgeryReport, unwrap_model
 from cadence_weight_standardization.layers import WeightStandardizer
 
@@ -44,18 +45,22 @@ def check_weight_standardization_args(n_last_layers_ignore: int) -> None:
 
 
 class _ConvolutionsAsLeaves(torch.fx.Tracer):
-    """Records every convolution as one call, subclasses too (timm's StdConv2d calls F.conv2d itself)."""
+    """Records every convolution as one call, subclasses too (timm's StdConv2d calls F.conv2d itself),
+    and never enters a module that holds no convolution: its forward cannot change the order, and a
+    stateful one (GyroDropout's mask pool, drawn on its first call) must not run on the tracer's proxies."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, CONVOLUTIONS) or super().is_leaf_module(m, module_qualified_name)
+        holds_convolution = any(isinstance(inner, CONVOLUTIONS) for inner in m.modules())
+        return isinstance(m, CONVOLUTIONS) or not holds_convolution or super().is_leaf_module(m, module_qualified_name)
 
 
 def convolutions_in_execution_order(module: nn.Module) -> tuple[list[str], bool]:
     """Paths of `module`'s convolutions in the order its forward calls them, and whether that order is sure.
 
-    ``torch.fx`` traces the forward without running it. A forward it cannot trace (control flow on
-    values, a batch tuple unpacked as `cadence.Classifier` does) is replaced by its children's
-    orders in definition order: exact for a wrapper around one network, a guess when several
+    ``torch.fx`` traces the forward without running it, in eval mode (where forwards draw no random
+    numbers and update no statistics; modules keep their own train/eval flags after). A forward it
+    cannot trace (control flow on values, a batch tuple unpacked as `cadence.Classifier` does) is
+    replaced by its children's orders in definition order: exact for a wrapper around one network, a guess when several
     children hold convolutions (the second value is then False). A convolution that a traced
     forward never calls is not listed (Composer counts the convolutions of the traced graph too).
     """
@@ -64,7 +69,8 @@ def convolutions_in_execution_order(module: nn.Module) -> tuple[list[str], bool]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer notices: only the order of the calls is used
-            graph = _ConvolutionsAsLeaves().trace(module)
+            with eval_mode(module):
+                graph = _ConvolutionsAsLeaves().trace(module)
     except Exception:  # any forward fx cannot trace: fall back to the children, one after the other
         paths: list[str] = []
         sure, holders = True, 0
