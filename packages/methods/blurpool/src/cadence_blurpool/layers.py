@@ -8,7 +8,7 @@ would alias (Zhang, 2019). The filter is Composer's: ``[1, 2, 1] ⊗ [1, 2, 1] /
 What keeps the cost low (measured on CPU; see the card):
 
 * the blur is one fused depthwise convolution: on CPU it beat two separable 1-D passes, two 2x2
-  average poolings and shifted-slice sums, forward and backward;
+  average poolings and sums of shifted slices;
 * a 1x1 convolution with stride s and no padding reads every s-th blurred pixel only, so
   `BlurConv2d` blurs at stride s and runs the convolution at stride 1: s² fewer blurred pixels,
   the same output;
