@@ -217,7 +217,8 @@ class ActivatedConvs(ScaleConvs):
 def test_a_function_argument_is_recorded_by_name_so_another_process_can_load_it(tmp_path: Path) -> None:
     _trainer([ActivatedConvs(torch.nn.functional.silu)], save_folder=tmp_path, save_interval="4ba").fit()
     payload = torch.load(tmp_path / "ep1-ba4.pt", weights_only=True)
-    assert payload["surgeries"] == [{"method": "ActivatedConvs", "hparams": {"act_fn": "torch.nn.functional.silu"}}]
+    (recorded,) = payload["surgeries"]
+    assert (recorded["method"], recorded["hparams"]) == ("ActivatedConvs", {"act_fn": "torch.nn.functional.silu"})
     _trainer([ActivatedConvs(torch.nn.functional.silu)], load_path=tmp_path / "ep1-ba4.pt")
     with pytest.raises(CheckpointMismatchError, match=r"ActivatedConvs\(act_fn='torch.nn.functional.relu'\)"):
         _trainer([ActivatedConvs(torch.nn.functional.relu)], load_path=tmp_path / "ep1-ba4.pt")

@@ -113,7 +113,11 @@ def _plain(value: Any) -> Any:
 def _surgeries(algorithms: list[Any]) -> list[dict[str, Any]]:
     """The methods that changed the model's structure, with their arguments (``required_on_load``)."""
     return [
-        {"method": algorithm.name, "hparams": {k: _plain(v) for k, v in algorithm.structure_hparams().items()}}
+        {
+            "method": algorithm.name,
+            "hparams": {k: _plain(v) for k, v in algorithm.structure_hparams().items()},
+            "module": type(algorithm).__module__.split(".")[0],  # where a loading run imports it from
+        }
         for algorithm in algorithms
         if algorithm.required_on_load()
     ]
@@ -128,15 +132,18 @@ def _check_surgeries(state: State, payload: dict[str, Any], path: str | Path) ->
     """The surgeries recorded in the checkpoint are those this run applies (same methods, same arguments)."""
     recorded = payload.get("surgeries", [])
     ours = {entry["method"]: entry for entry in _surgeries(state.algorithms)}
+    missing = [entry for entry in recorded if entry["method"] not in ours]
+    if missing:
+        calls = ", ".join(_call(entry) for entry in missing)
+        modules = ", ".join(dict.fromkeys(entry["module"] for entry in missing if "module" in entry))
+        raise CheckpointMismatchError(
+            path,
+            f"it was written after {calls} changed the model's structure, and this run does not apply "
+            f"{'it' if len(missing) == 1 else 'them'}; add {calls} to algorithms= so that the same surgery runs "
+            f"before the weights load{f' (from {modules})' if modules else ''}",
+        )
     for entry in recorded:
-        mine = ours.pop(entry["method"], None)
-        if mine is None:
-            raise CheckpointMismatchError(
-                path,
-                f"it was written after {_call(entry)} changed the model's structure, and this run does not "
-                f"apply it; add {_call(entry)} to algorithms= so that the same surgery runs before the weights "
-                f"load (its package: cadence-<method>)",
-            )
+        mine = ours.pop(entry["method"])
         if mine["hparams"] != entry["hparams"]:
             raise CheckpointMismatchError(
                 path,
