@@ -13,7 +13,8 @@ from cadence.ops.mixing import mix_with_permutation``):
   RandAugment/AugMix operation vocabulary, drawing and applying it per sample, PIL conversion,
   adding a transform to a dataset.
 * `surgery`: `replace_modules` (weights, device, dtype, memory format and optimizer state kept;
-  idempotent; a `SurgeryReport`; `NoEffectWarning` when nothing matched).
+  idempotent; a `SurgeryReport`; `NoEffectWarning` when nothing matched) and `no_effect`, which a
+  surgery of its own kind calls to say it changed nothing (a warning, an error with ``strict``).
 
 The adapter side (``algorithm.py`` imports these from ``cadence.ops``):
 
@@ -65,6 +66,7 @@ from cadence.ops.surgery import (
     NoEffectWarning,
     Policy,
     SurgeryReport,
+    no_effect,
     replace_modules,
     unwrap_model,
 )
@@ -114,6 +116,7 @@ __all__ = [
     "logits_of",
     "map_images",
     "mix_with_permutation",
+    "no_effect",
     "op_magnitudes",
     "pil_to_tensor",
     "random_permutation",

@@ -32,7 +32,15 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["NoEffectError", "NoEffectWarning", "Policy", "SurgeryReport", "replace_modules", "unwrap_model"]
+__all__ = [
+    "NoEffectError",
+    "NoEffectWarning",
+    "Policy",
+    "SurgeryReport",
+    "no_effect",
+    "replace_modules",
+    "unwrap_model",
+]
 
 Policy = Callable[[nn.Module, str], nn.Module | None]
 """``policy(module, path) -> replacement`` (or None to leave this module as it is)."""
@@ -44,6 +52,17 @@ class NoEffectWarning(UserWarning):
 
 class NoEffectError(ValueError):
     """A surgery method with ``strict=True`` found nothing to change on this model."""
+
+
+def no_effect(message: str, *, strict: bool, stacklevel: int = 2) -> None:
+    """Say that a surgery changed nothing: `NoEffectError` with `strict`, else a `NoEffectWarning`.
+
+    `stacklevel` counts as for `warnings.warn` called in the caller's place (2: the caller's caller,
+    usually the user's line that called the ``apply_*`` function).
+    """
+    if strict:
+        raise NoEffectError(message)
+    warnings.warn(message, NoEffectWarning, stacklevel=stacklevel + 1)
 
 
 @dataclass
@@ -201,7 +220,5 @@ def replace_modules(
             f"({', '.join(kind.__name__ for kind in policies) or 'no policy'} with the given settings). "
             "Check the method's settings (e.g. min_channels) and that the model has such layers"
         )
-        if strict:
-            raise NoEffectError(message)
-        warnings.warn(message, NoEffectWarning, stacklevel=3)
+        no_effect(message, strict=strict, stacklevel=3)
     return report

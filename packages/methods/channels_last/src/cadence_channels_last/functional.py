@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool
-from cadence.ops.surgery import NoEffectError, NoEffectWarning, SurgeryReport, unwrap_model
+from cadence.ops.surgery import SurgeryReport, no_effect, unwrap_model
 
 __all__ = ["apply_channels_last"]
 
@@ -45,9 +43,7 @@ def apply_channels_last(model: nn.Module, *, strict: bool = False) -> SurgeryRep
         fours = any(t.ndim == 4 for t in [*target.parameters(), *target.buffers()])
         reason = "every 4-D parameter and buffer is channels_last already" if fours else "it has no 4-D weight"
         message = f"ChannelsLast changed nothing in {type(target).__name__}: {reason}"
-        if strict:
-            raise NoEffectError(message)
-        warnings.warn(message, NoEffectWarning, stacklevel=2)
+        no_effect(message, strict=strict, stacklevel=2)
     return report
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from cadence.ops.checks import check_choice
-from cadence.ops.surgery import NoEffectError, NoEffectWarning, SurgeryReport, replace_modules
+from cadence.ops.surgery import SurgeryReport, no_effect, replace_modules
 from cadence_low_precision_groupnorm.layers import LPGroupNorm
 
 __all__ = ["PRECISIONS", "apply_low_precision_groupnorm", "check_low_precision_groupnorm_args"]
@@ -53,9 +52,7 @@ def apply_low_precision_groupnorm(
             "LowPrecisionGroupNorm changed no module: precision='fp32' runs without autocast, where LPGroupNorm "
             "computes exactly what GroupNorm does; train with precision='amp_bf16' or 'amp_fp16'"
         )
-        if strict:
-            raise NoEffectError(message)
-        warnings.warn(message, NoEffectWarning, stacklevel=2)
+        no_effect(message, strict=strict, stacklevel=2)
         return SurgeryReport("LowPrecisionGroupNorm")
     return replace_modules(
         model,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +9,7 @@ import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool, check_choice
-from cadence.ops.surgery import NoEffectError, NoEffectWarning, SurgeryReport, replace_modules
+from cadence.ops.surgery import SurgeryReport, no_effect, replace_modules
 from cadence_low_precision_layernorm.layers import LPLayerNorm
 
 __all__ = ["apply_low_precision_layernorm", "check_low_precision_layernorm_args"]
@@ -61,9 +60,7 @@ def apply_low_precision_layernorm(
             "apply_low_precision_layernorm changed nothing: precision='fp32' runs without autocast, where a "
             "LayerNorm already computes in fp32; use precision='amp_bf16' or 'amp_fp16'"
         )
-        if strict:
-            raise NoEffectError(message)
-        warnings.warn(message, NoEffectWarning, stacklevel=2)
+        no_effect(message, strict=strict, stacklevel=2)
         return SurgeryReport("LowPrecisionLayerNorm")
     policy = {nn.LayerNorm: lambda module, path: LPLayerNorm.from_layernorm(module)}
     return replace_modules(model, policy, optimizers=optimizers, method="LowPrecisionLayerNorm", strict=strict)

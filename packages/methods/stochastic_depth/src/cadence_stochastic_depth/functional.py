@@ -6,14 +6,13 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
 from cadence.ops.checks import ArgumentTypeError, check_choice, check_number
-from cadence.ops.surgery import NoEffectError, NoEffectWarning, SurgeryReport, replace_modules, unwrap_model
+from cadence.ops.surgery import SurgeryReport, no_effect, replace_modules, unwrap_model
 from cadence_stochastic_depth.layers import KNOWN_BLOCKS, STOCHASTIC_METHODS, StochasticBlock, residual_parts
 
 __all__ = [
@@ -132,9 +131,7 @@ def _nothing_to_wrap(
         " left to wrap (applied already)" if some_wrapped else ""
     )
     message += f"; it has {others[0]} blocks: pass target_layer_name={others[0]!r}" if others else ""
-    if strict:
-        raise NoEffectError(message)
-    warnings.warn(message, NoEffectWarning, stacklevel=3)
+    no_effect(message, strict=strict, stacklevel=3)
     return SurgeryReport("StochasticDepth")
 
 

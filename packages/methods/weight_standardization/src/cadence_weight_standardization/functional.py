@@ -17,7 +17,7 @@ from torch.nn.utils import parametrize
 
 from cadence.ops.checks import check_int
 from cadence.ops.modules import eval_mode
-from cadence.ops.surgery import NoEffectError, NoEffectWarning, SurgeryReport, unwrap_model
+from cadence.ops.surgery import SurgeryReport, no_effect, unwrap_model
 from cadence_weight_standardization.layers import WeightStandardizer
 
 __all__ = [
@@ -125,9 +125,7 @@ def standardize_conv_weights(
             f"convolution(s), n_last_layers_ignore={n_last_layers_ignore} leaves {len(convs) - len(chosen)} alone "
             "and the others are standardized already"
         )
-        if strict:
-            raise NoEffectError(message)
-        warnings.warn(message, NoEffectWarning, stacklevel=3)
+        no_effect(message, strict=strict, stacklevel=3)
     return report
 
 
