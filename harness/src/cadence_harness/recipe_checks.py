@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -37,11 +37,33 @@ __all__ = [
     "unknown_key",
 ]
 
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
-    "sgd": torch.optim.SGD,
-    "adamw": torch.optim.AdamW,
-    "adam": torch.optim.Adam,
-}
+
+class _Optimizers(Mapping[str, type[torch.optim.Optimizer]]):
+    """``optimizer.name`` -> class: torch's SGD, Adam and AdamW, and the decoupled-weight-decay optimizers
+    (``decoupled_sgdw``, ``decoupled_adamw``: decay that follows the LR schedule) when `cadence-decoupled-weight-decay`
+    is installed. Looked up in the method registry on first use, so importing the harness loads no method."""
+
+    _TORCH = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW, "adam": torch.optim.Adam}
+    _METHODS = {"decoupled_sgdw": "DecoupledSGDW", "decoupled_adamw": "DecoupledAdamW"}
+
+    def _table(self) -> dict[str, type[torch.optim.Optimizer]]:
+        from cadence.registry import registry
+
+        installed = registry().functions
+        methods = {key: installed[name] for key, name in self._METHODS.items() if name in installed}
+        return {**self._TORCH, **methods}
+
+    def __getitem__(self, name: str) -> type[torch.optim.Optimizer]:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+OPTIMIZERS: Mapping[str, type[torch.optim.Optimizer]] = _Optimizers()
 SCHEDULES: dict[str, type[cadence_schedulers.Scheduler] | None] = {
     "constant": None,
     "cosine": cadence_schedulers.CosineAnnealingScheduler,
