@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cadence.loggers import MLFlowLogger
 from cadence.registry import registry
 from cadence_harness.recipe import Recipe, parse_recipe
+from cadence_harness.runspec import RunSpec
 
 PLUGINS = Path(__file__).parent / "plugins"
 
@@ -18,6 +21,14 @@ PLUGINS = Path(__file__).parent / "plugins"
 IMAGE_METHODS = ["label_smoothing", "mixup", "cutout", "cutmix", "colout", "blurpool", "channels_last", "randaugment"]
 # Methods that do not care what the model or the batch is (for the hf/ family).
 MODEL_AGNOSTIC_METHODS = ["gradient_clipping", "ema", "decoupled_weight_decay"]
+
+
+@pytest.fixture(autouse=True)
+def records_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run records the command line writes go to a temporary folder, never to the repository's method_cards/runs."""
+    folder = tmp_path / "records"
+    monkeypatch.setenv("CADENCE_RECORDS", str(folder))
+    return folder
 
 
 @pytest.fixture
@@ -90,3 +101,68 @@ def tiny_recipe_file(tmp_path: Path) -> Any:
 def tiny_recipe() -> Any:
     """A factory: ``tiny_recipe(**changes)`` builds a validated tiny recipe."""
     return make_tiny_recipe
+
+
+# Runs written into a store the way `run.execute` writes them (tags, params, evaluations, final metrics),
+# without training: reports and records are checked against known numbers.
+RUN_PARAMS = {
+    "model": "tv/resnet20",
+    "data": "digits",
+    "batch_size": 32,
+    "device_name": "test cpu",
+    "cpu_threads": 2,
+    "python": "3.11",
+    "precision": "fp32",
+    "versions.torch": "2.x",
+    "git_sha": "abc",
+}
+
+
+def log_run(
+    uri: str,
+    spec: RunSpec,
+    accuracy: float,
+    cost: float,
+    *,
+    params: Mapping[str, Any] | None = None,
+    command: str = "cadence-bench grid known.toml",
+) -> str:
+    """One finished run of `spec`: `accuracy` at its end after `cost` seconds of training (1e9·`cost` FLOPs), and
+    two evaluations."""
+    logger = MLFlowLogger(
+        experiment_name=spec.experiment,
+        run_name=spec.run_name,
+        tracking_uri=uri,
+        tags={**spec.tags(), "cadence.command": command},
+    )
+    logger.log_hyperparameters(
+        {**RUN_PARAMS, "duration": spec.recipe.duration, "subset": spec.recipe.subset, **(params or {})}
+    )
+    for step, share in ((5, 0.5), (10, 1.0)):
+        logger.log_metrics(
+            {
+                "metrics/eval/MulticlassAccuracy": accuracy - (0.1 if share < 1 else 0.0),
+                "time/train_s": cost * share,
+                "time/cpu_s": 2 * cost * share,
+                "cost/flops": 1e9 * cost * share,
+            },
+            step=step,
+        )
+    final = {
+        "final/accuracy": accuracy,
+        "final/train_s": cost,
+        "final/cpu_s": 2 * cost,
+        "final/flops": 1e9 * cost,
+        "final/wall_s": cost + 1,
+        "final/samples_per_s": 1000 / cost,
+        "final/peak_memory_mb": 100.0,
+    }
+    logger.log_metrics(final, step=10)
+    logger.finish("FINISHED")
+    return str(logger.run_id)
+
+
+@pytest.fixture(scope="session")
+def run_logger() -> Any:
+    """`log_run(uri, spec, accuracy, cost, params=..., command=...)`: one finished run, without training."""
+    return log_run

@@ -102,9 +102,12 @@ def test_a_data_dir_that_is_not_a_folder_is_refused(
 def test_methods_on_the_command_line_replace_installed_and_its_exclude(
     capsys: pytest.CaptureFixture[str], image_methods: list[str], recipe: str
 ) -> None:
-    assert main(["grid", recipe, "--methods", ",".join(image_methods), "--arms", "each", "--dry-run"]) == 0
+    if "cutout" not in registry().methods:
+        pytest.skip("cutout is not installed")
+    methods = list(dict.fromkeys([*image_methods, "cutout"]))  # the recipe's combination label_smoothing+cutout runs
+    assert main(["grid", recipe, "--methods", ",".join(methods), "--arms", "each", "--dry-run"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()[:-1]]
-    assert {name.rsplit("-s", 1)[0] for name in names} == {*image_methods, "label_smoothing+cutout"}
+    assert {name.rsplit("-s", 1)[0] for name in names} == {*methods, "label_smoothing+cutout"}
 
 
 def test_misspelled_names_get_the_close_match(capsys: pytest.CaptureFixture[str], explode_plugin: Any) -> None:

@@ -1,9 +1,15 @@
-"""``cadence-bench``: run, grid, report, demo (and the grid's hidden worker)."""
+"""``cadence-bench``: run, grid, report, export, demo, methods (and the grid's hidden worker).
+
+Tradeoff curves: ``--durations 2ep,4ep,8ep`` (or a recipe's ``durations``) runs every arm once per budget, each
+schedule decayed at its own end; ``report`` reads off each arm's speedup at matched accuracy in FLOPs and time.
+A grid appends its runs to ``method_cards/runs/<experiment>.jsonl``, from which ``report --study`` builds all.
+"""
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -12,8 +18,14 @@ from typing import Any
 from cadence import NotApplicableError
 from cadence_harness.data import check_data_dir
 from cadence_harness.recipe import RecipeError, load_recipe, method_names, parse_value
+from cadence_harness.records import RecordError
 
 __all__ = ["main"]
+
+RECORDS_HELP = (
+    "folder of run records <experiment>.jsonl (default: $CADENCE_RECORDS, else the repository's method_cards/runs, "
+    "else ./method_cards/runs)"
+)
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:
@@ -29,11 +41,16 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """Recipe keys set by dedicated flags (--duration, --seeds, ...), applied after --set."""
+    """Recipe keys set by dedicated flags (--duration, --seeds, ...), applied after --set.
+
+    ``--duration`` replaces a recipe's sweep of ``durations`` by that one budget (see `apply_overrides`).
+    """
     flags = {
         "model": args.model,
         "data": args.data,
         "duration": args.duration,
+        "durations": _methods(args.durations) or None,
+        "curve": args.curve,
         "subset": args.subset,
         "eval_subset": args.eval_subset,
         "batch_size": args.batch_size,
@@ -64,13 +81,13 @@ def _load(args: argparse.Namespace, methods: tuple[str, ...] = (), grid: dict[st
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from cadence_harness.budgets import leaf_recipes
     from cadence_harness.run import execute
     from cadence_harness.runspec import TAG, RunSpec
 
     arm = method_names(_methods(args.methods))
     recipe = _load(args, arm)
-    for seed in recipe.seeds:
-        spec = RunSpec(recipe, arm, seed)
+    for spec in (RunSpec(leaf, arm, seed, label) for seed in recipe.seeds for label, leaf in leaf_recipes(recipe, arm)):
         result = execute(
             spec,
             tracking_uri=args.tracking_uri,
@@ -95,17 +112,33 @@ def _grid_recipe(args: argparse.Namespace) -> Any:
     return _load(args, grid=grid)
 
 
+def _records_dir(args: argparse.Namespace) -> Path:
+    """``--records``, else ``$CADENCE_RECORDS``, else the repository's ``method_cards/runs`` (in a checkout of
+    cadence), else ``method_cards/runs`` in the working directory."""
+    from cadence_harness.data import REPO_ROOT
+
+    given = args.records or os.environ.get("CADENCE_RECORDS")
+    if given:
+        return Path(given)
+    cards = REPO_ROOT / "method_cards"
+    return cards / "runs" if cards.is_dir() else Path("method_cards") / "runs"
+
+
 def cmd_grid(args: argparse.Namespace) -> int:
     from cadence_harness.grid import expand, parse_shard, run_grid, select_shard
     from cadence_harness.preflight import require_device
 
     recipe = _grid_recipe(args)
     shard = parse_shard(args.shard)
-    if args.dry_run:
+    if args.dry_run or args.estimate:
         specs = select_shard(expand(recipe), *shard)
         for spec in specs:
             print(f"{spec.run_name:40s} {spec.config_hash}")
         print(f"{len(specs)} runs")
+        if args.estimate:
+            from cadence_harness.estimate import estimate_grid
+
+            print(estimate_grid(recipe, specs, data_dir=args.data_dir, download=args.download, rate=args.rate))
         try:
             require_device(recipe.device)
         except RecipeError as error:
@@ -122,6 +155,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         command=_command(),
         jobs=args.jobs,
+        records_dir=None if args.no_records else _records_dir(args),
     )
     print(result.summary())
     for spec, reason in result.failed:
@@ -132,9 +166,25 @@ def cmd_grid(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from cadence_harness.cards import write_cards, write_index
     from cadence_harness.data import REPO_ROOT
-    from cadence_harness.report import build_report
+    from cadence_harness.report import build_report, report_from_runs
+    from cadence_harness.study import study_runs
 
-    report = build_report(args.experiment or None, tracking_uri=args.tracking_uri, out_dir=args.out)
+    if args.cards and not args.study:
+        raise RecipeError(
+            "`--cards` writes the method cards only from a named study's committed run records, never from a local "
+            "MLflow store: add --study NAME (the records in method_cards/runs/NAME.jsonl, written by "
+            "`cadence-bench grid NAME`)"
+        )
+    study = None
+    if args.study:
+        study, runs, note = study_runs(args.study, _records_dir(args))
+        print(note)
+        report = report_from_runs(runs, out_dir=args.out)
+    else:
+        records = [args.records] if args.records else None
+        report = build_report(
+            args.experiment or None, tracking_uri=args.tracking_uri, records=records, out_dir=args.out
+        )
     print(report.markdown)
     for path in report.files:
         print(f"wrote {path}")
@@ -142,12 +192,22 @@ def cmd_report(args: argparse.Namespace) -> int:
         methods_root = Path(args.methods_root or REPO_ROOT / "packages" / "methods")
         index = Path(args.index or REPO_ROOT / "method_cards" / "INDEX.md")
         plots = [p for p in report.files if p.suffix == ".png"]
-        for path in write_cards(report.summaries, methods_root=methods_root, min_seeds=args.min_seeds):
+        common = {"methods_root": methods_root, "min_seeds": args.min_seeds, "sections": report.sections}
+        cards = write_cards(report.summaries, **common, study=study, plots_dir=index.parent)
+        for path in cards:
             print(f"wrote the Results of {path}")
-        index = write_index(
-            report.summaries, methods_root=methods_root, index_path=index, plots=plots, min_seeds=args.min_seeds
-        )
+        index = write_index(report.summaries, **common, index_path=index, plots=plots, study=study)
         print(f"wrote {index}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from cadence_harness.records import export_runs, records_file
+    from cadence_harness.tracking import resolve_tracking_uri
+
+    path = records_file(_records_dir(args), args.experiment)
+    added = export_runs(resolve_tracking_uri(args.tracking_uri), args.experiment, path)
+    print(f"appended {len(added)} finished runs of {args.experiment!r} to {path}")
     return 0
 
 
@@ -217,7 +277,19 @@ def _recipe_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", help="tv/<name>, timm/<name> or hf/<name-or-folder>")
     parser.add_argument("--data", help="cifar10, fashion_mnist, digits, sst2, synthetic, synthetic_text")
-    parser.add_argument("--duration", help="training length: 10ep, 500ba, 3e4sp")
+    parser.add_argument("--duration", help="training length: 10ep, 500ba, 3e4sp (replaces the recipe's durations)")
+    parser.add_argument(
+        "--durations",
+        metavar="A,B,...",
+        help="a sweep of budgets for tradeoff curves, e.g. 2ep,4ep,8ep,16ep: one run per budget, each with the "
+        "schedule decayed at its end (replaces the recipe's duration)",
+    )
+    parser.add_argument(
+        "--curve",
+        choices=["sweep", "cyclic"],
+        help="with durations: sweep (one run per budget) or cyclic (one run per arm and seed whose learning rate "
+        "cycles end at the budgets; the baseline also runs the sweep, to check it against)",
+    )
     parser.add_argument("--subset", type=int, help="train on the first N training samples")
     parser.add_argument("--eval-subset", type=int, help="evaluate on the first N test samples")
     parser.add_argument("--batch-size", type=int)
@@ -238,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.set_defaults(func=cmd_run)
 
-    grid = commands.add_parser("grid", help="run a recipe's grid of method combinations, one process per run")
+    grid = commands.add_parser("grid", help="a recipe's arms x budgets x seeds, one process per run, interleaved")
     grid.add_argument("recipe", help="a recipe file or shipped recipe name")
     grid.add_argument("--methods", help="the methods the arms range over (default: the recipe's)")
     grid.add_argument("--arms", help="comma-separated: baseline, each, leave_one_out, pairs, all")
@@ -253,15 +325,30 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--timeout", type=float, help="seconds before a run is killed and recorded as failed")
     grid.add_argument("--log-dir", default="cadence_runs/logs", help="where each run's console output goes")
     grid.add_argument("--jobs", type=int, default=1, help="runs at once (default 1: concurrent runs distort timings)")
+    grid.add_argument(
+        "--estimate", action="store_true", help="list the runs and estimate their FLOPs and hours here; run nothing"
+    )
+    grid.add_argument("--rate", type=float, help="with --estimate: GFLOP/s to assume instead of measuring it here")
+    grid.add_argument(
+        "--records", help="import the runs recorded here before starting, append each finished run; " + RECORDS_HELP
+    )
+    grid.add_argument("--no-records", action="store_true", help="neither import nor write run records")
     _recipe_flags(grid)
     _common(grid)
     grid.set_defaults(func=cmd_grid)
 
-    report = commands.add_parser("report", help="tables and plots from MLflow; --cards writes the method cards")
+    report = commands.add_parser("report", help="tables and plots from MLflow or run records; --cards: the cards")
     report.add_argument("--experiment", action="append", default=[], help="experiment(s) to report (default: all)")
+    report.add_argument("--records", help="a run-record file or folder to report from, instead of MLflow")
+    report.add_argument(
+        "--study",
+        help="report a study from its committed records (method_cards/runs/STUDY.jsonl), the grid of recipe STUDY",
+    )
     report.add_argument("--out", default="cadence_runs/report", help="folder for report.md, summary.csv and plots")
     report.add_argument(
-        "--cards", action="store_true", help="write Results into the method cards and method_cards/INDEX.md"
+        "--cards",
+        action="store_true",
+        help="with --study: write Results into the method cards and method_cards/INDEX.md",
     )
     report.add_argument("--min-seeds", type=int, default=3, help="arms with fewer seeds stay out of the cards")
     report.add_argument("--methods-root", help=argparse.SUPPRESS)
@@ -276,6 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rerun", action="store_true", help="train again even if the demo's runs are in MLflow")
     _common(demo)
     demo.set_defaults(func=cmd_demo)
+
+    export = commands.add_parser("export", help="append an experiment's finished MLflow runs to its run records")
+    export.add_argument("experiment")
+    export.add_argument("--records", help=RECORDS_HELP)
+    export.add_argument(
+        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
+    )
+    export.set_defaults(func=cmd_export)
 
     methods = commands.add_parser("methods", help="list the installed methods and their hyperparameters")
     methods.set_defaults(func=cmd_methods)
@@ -296,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_data_dir(getattr(args, "data_dir", None))
         return args.func(args)
-    except (RecipeError, NotApplicableError) as error:  # refused before anything trained
+    except (RecipeError, NotApplicableError, RecordError) as error:  # refused before anything trained
         print(f"cadence-bench {args.command}: {error}", file=sys.stderr)
         return 2
     except FileNotFoundError as error:  # a dataset that is not there: the message lists where we looked

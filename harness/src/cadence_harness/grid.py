@@ -22,8 +22,10 @@ from pathlib import Path
 
 import torch
 
+from cadence_harness.budgets import leaf_recipes
 from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
 from cadence_harness.recipe import Recipe, RecipeError
+from cadence_harness.records import export_runs, import_records, records_file
 from cadence_harness.runspec import TAG, RunSpec, config_hash
 from cadence_harness.tracking import finished_config_hashes, mark_failed, resolve_tracking_uri
 
@@ -54,8 +56,23 @@ def _arms(recipe: Recipe) -> list[tuple[str, ...]]:
 
 
 def expand(recipe: Recipe) -> list[RunSpec]:
-    """Every run of the grid, seed-major: all arms of seed 0 first, so a partial grid is already comparable."""
-    return [RunSpec(recipe, arm, seed) for seed in recipe.seeds for arm in _arms(recipe)]
+    """Every run of the grid, interleaved: seed by seed and, within a seed, budget by budget, each arm in turn.
+
+    A grid runs them in this order (one at a time by default), so a slow or busy stretch of a shared
+    machine falls on every arm alike instead of on the arms that happened to run then, and a partial
+    grid is already comparable (all arms of seed 0 first). For a cyclic curve: every arm's cyclic run,
+    then the baseline's sweep, seed by seed.
+    """
+    arms = _arms(recipe)
+    leaves = {arm: leaf_recipes(recipe, arm) for arm in arms}
+    depth = max((len(runs) for runs in leaves.values()), default=0)
+    return [
+        RunSpec(leaves[arm][step][1], arm, seed, leaves[arm][step][0])
+        for seed in recipe.seeds
+        for step in range(depth)
+        for arm in arms
+        if step < len(leaves[arm])
+    ]
 
 
 def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None, download: bool = False) -> None:
@@ -199,8 +216,14 @@ def run_grid(
     command: str | None = None,
     progress: bool = True,
     jobs: int = 1,
+    records_dir: str | Path | None = None,
 ) -> GridResult:
     """Run the grid of `recipe` (this machine's shard of it); finished runs in MLflow are skipped.
+
+    With `records_dir` (the CLI's default: the repository's ``method_cards/runs``), the records in
+    ``<records_dir>/<experiment>.jsonl`` are first imported into the MLflow store (so their runs are
+    skipped too, on any machine and in a fresh store); every run finished here is appended there as
+    soon as it finishes, and so is every run of the grid the store held but the records lacked.
 
     Refused before any worker starts (`RecipeError`, `NotApplicableError`): ``device = "gpu"``
     without CUDA, a method that cannot work on the model or the batches (see `check_arms`).
@@ -218,11 +241,20 @@ def run_grid(
     check_arms(recipe, mine, data_dir, download)  # before anything is written anywhere
     uri = resolve_tracking_uri(tracking_uri)
     tags = grid_tags(recipe, specs, command or shlex.join(["cadence-bench", *sys.argv[1:]]))
+    records = records_file(records_dir, recipe.name) if records_dir is not None else None
+    if records is not None and records.is_file():
+        imported = import_records(uri, records)
+        if imported and progress:
+            print(f"imported {len(imported)} finished runs from {records} into {uri}")
     done = {} if rerun_finished else finished_config_hashes(uri, recipe.name)
     result = GridResult(planned=len(mine))
     todo = []
     for spec in mine:
         (result.skipped if spec.config_hash in done else todo).append(spec)
+    if records is not None and result.skipped:  # runs the store holds but the records lack (a run without them)
+        added = export_runs(uri, recipe.name, records, config_hashes=[s.config_hash for s in result.skipped])
+        if added and progress:
+            print(f"recorded {len(added)} runs finished earlier in {records}")
     bar = tqdm(total=len(todo), desc=f"grid {recipe.name}", unit="run", disable=not progress, dynamic_ncols=True)
 
     def launch(spec: RunSpec) -> tuple[RunSpec, str | None, float]:
@@ -236,6 +268,8 @@ def run_grid(
         for spec, reason, elapsed in (f.result() for f in as_completed(pool.submit(launch, s) for s in todo)):
             if reason is None:
                 result.finished.append(spec)
+                if records is not None:
+                    export_runs(uri, recipe.name, records, config_hashes=[spec.config_hash])
                 bar.write(f"  finished {spec.run_name} in {elapsed:.0f} s")
             else:
                 result.failed.append((spec, reason))

@@ -6,7 +6,7 @@ its value. A recipe looks like::
     name = "fashion_mnist_resnet20"     # also the MLflow experiment
     model = "tv/resnet20"
     data = "fashion_mnist"
-    duration = "10ep"
+    duration = "10ep"                   # or a sweep of budgets: durations = ["2ep", "4ep", "8ep"]
     batch_size = 128
     seeds = 3
     target_accuracy = 0.90
@@ -35,6 +35,7 @@ from typing import Any
 from cadence import Algorithm
 from cadence.registry import MethodInfo, canonical_name, registry
 from cadence.time import TimeUnit
+from cadence_harness.budgets import check_budgets, check_decays
 from cadence_harness.recipe_checks import (
     OPTIMIZERS,
     SCHEDULES,
@@ -90,6 +91,8 @@ class Recipe:
     data: str
     duration: str
     batch_size: int = 128
+    durations: tuple[str, ...] = ()  # a sweep of budgets (see `cadence_harness.budgets`); `duration` is the last
+    curve: str = "sweep"  # or "cyclic": one run per arm and seed, its cycles ending at the budgets
     description: str = ""
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     subset: int | None = None
@@ -119,12 +122,13 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.init}
         data["seeds"] = list(self.seeds)
+        data["durations"] = list(self.durations)
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Recipe:
         """The recipe `to_dict` wrote, as it was validated (nothing is checked or built again)."""
-        return cls(**{**data, "seeds": tuple(data["seeds"])})
+        return cls(**{**data, "seeds": tuple(data["seeds"]), "durations": tuple(data.get("durations", ()))})
 
     def algorithm(self, name: str) -> Algorithm:
         """The instance of method `name` that validation built, for questions about the method (its repr,
@@ -158,6 +162,14 @@ def _method_info(name: Any) -> MethodInfo:
         if "did you mean" not in message:  # no close match: it may just not be installed
             message += f"; a method package installs with `pip install -e packages/methods/{canonical_name(name)}`"
         raise RecipeError(message) from None
+
+
+def _registered(name: Any) -> Any:
+    """The registry's name of a method, or a normalised spelling when it is not installed."""
+    try:
+        return registry().method(name).name
+    except (KeyError, TypeError, AttributeError):
+        return canonical_name(name) if isinstance(name, str) else name
 
 
 def method_names(names: Iterable[str], key: str = "methods") -> tuple[str, ...]:
@@ -195,13 +207,7 @@ def _excluded(names: Any) -> set[str]:
     """``grid.exclude`` as registry names; names of methods not installed here are fine (nothing to exclude)."""
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise fail("grid.exclude", names, "must be a list of method names")
-    excluded = set()
-    for name in names:
-        try:
-            excluded.add(registry().method(name).name)
-        except KeyError:
-            excluded.add(canonical_name(name))
-    return excluded
+    return {_registered(name) for name in names}
 
 
 def _resolve_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
@@ -244,6 +250,8 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
     for key in values:
         if key not in _FIELDS or key == "source":
             raise unknown_key(key, [k for k in _FIELDS if k != "source"])
+    values = dict(values)
+    durations = check_budgets(values)  # a sweep also sets `duration` (its longest budget)
     check_types(values)
     check_time("duration", values["duration"], (TimeUnit.EPOCH, TimeUnit.BATCH, TimeUnit.SAMPLE))
     check_time("eval_interval", values.get("eval_interval", "1ep"), (TimeUnit.EPOCH, TimeUnit.BATCH))
@@ -257,14 +265,18 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
     check_optimizer(optimizer)
     schedule = {"name": "constant", **dict(values.get("schedule", {}))}
     check_schedule(schedule)
+    if durations:
+        check_decays(schedule)
     grid = _resolve_grid(values.get("grid", DEFAULT_GRID))
     used = [*methods, *grid.get("methods", []), *(name for combo in grid.get("combinations", []) for name in combo)]
     algorithms = {name: build_algorithm(name, methods.get(name, {})) for name in dict.fromkeys(used)}  # once each
-    kwargs = {k: v for k, v in values.items() if k not in ("methods", "optimizer", "schedule", "grid", "seeds")}
+    tables = ("methods", "optimizer", "schedule", "grid", "seeds", "durations")
+    kwargs = {k: v for k, v in values.items() if k not in tables}
     kwargs["model_kwargs"] = dict(values.get("model_kwargs", {}))
     recipe = Recipe(
         **kwargs,
         seeds=normalise_seeds(values.get("seeds", [0])),
+        durations=durations,
         optimizer=optimizer,
         schedule=schedule,
         methods=methods,
@@ -312,8 +324,14 @@ def parse_value(text: str) -> Any:
 
 
 def apply_overrides(values: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Set dotted keys: ``batch_size``, ``optimizer.lr``, ``mixup.alpha`` (= ``methods.mixup.alpha``)."""
+    """Set dotted keys: ``batch_size``, ``optimizer.lr``, ``mixup.alpha`` (= ``methods.mixup.alpha``).
+
+    ``duration`` (one budget) and ``durations`` (a sweep) replace each other.
+    """
     result = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in values.items()}
+    for key, other in (("duration", "durations"), ("durations", "duration")):
+        if key in overrides and other not in overrides:
+            result.pop(other, None)
     result["methods"] = {k: dict(v) for k, v in result.get("methods", {}).items()}
     for key, value in overrides.items():
         parts = key.split(".")
@@ -348,7 +366,8 @@ def load_recipe(
         methods: methods named on the command line: they run with the recipe's hyperparameters, else
             their defaults.
         grid: ``[grid]`` keys that replace the recipe's. Methods given here replace ``methods =
-            "installed"``, so the recipe's ``exclude`` no longer applies.
+            "installed"``, so the recipe's ``exclude`` no longer applies, and the recipe's combinations
+            that use other methods are dropped.
         source: where the values came from (default: the file, or "command line").
     """
     if recipe is None:
@@ -363,6 +382,10 @@ def load_recipe(
         values["grid"] = {**values.get("grid", DEFAULT_GRID), **grid}
         if "methods" in grid:
             values["grid"].pop("exclude", None)
+            if "combinations" not in grid:  # the recipe's combinations of methods outside them do not run
+                chosen = {_registered(m) for m in grid["methods"]}
+                combos = values["grid"].get("combinations", [])
+                values["grid"]["combinations"] = [c for c in combos if {_registered(m) for m in c} <= chosen]
     for method in methods:
         values["methods"].setdefault(method, {})
     return parse_recipe(values, source=source or origin)

@@ -1,69 +1,53 @@
-"""Reports from MLflow: per-arm tables with 95% confidence intervals over seeds, and plots.
+"""Reports: per-configuration tables with 95% intervals over seeds, tradeoff curves, speedups, plots.
 
-Runs are read back with `MlflowClient`. The seeds of one arm share a ``cadence.group_hash``;
-each arm is compared with the baseline run of the same configuration (``cadence.baseline_hash``)
-on the same seeds. See `cadence_harness.stats` for which interval is used where.
+Runs are read from MLflow (`MlflowClient`) or from run records (``--records``, no MLflow needed;
+see `cadence_harness.records`). A report never pools different configurations:
+
+* runs are grouped by their whole configuration except the seed (``cadence.group_hash``); a
+  configuration that ran twice counts once, its newer run, never as two seeds;
+* the groups are split into sections by family (everything but the methods and the budget): one
+  section per study, whose header names only the settings every run of it shares (a second machine
+  is named with its run count); the budget, when it varies, is a column;
+* each arm is compared with the baseline of its own configuration on the same seeds, and its
+  tradeoff curve with the baseline's curve of its family (`cadence_harness.tradeoff`).
+
+See `cadence_harness.stats` for which interval is used where.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from cadence_harness.runspec import TAG
-from cadence_harness.stats import Interval, paired_bootstrap_ratio, paired_t_difference, t_interval
-from cadence_harness.tracking import client, harness_experiments, search_runs
+from cadence_harness.budgets import budget_value
+from cadence_harness.records import RunRecord, latest_per_config, load_mlflow_records, read_records
+from cadence_harness.stats import Interval, log_t_interval, paired_bootstrap_ratio, paired_t_difference, t_interval
+from cadence_harness.tracking import client, harness_experiments
+from cadence_harness.tradeoff import COSTS, Curve, Speedup, curves_from_records, matched_speedups, pareto_front
 
-__all__ = ["ArmSummary", "RunRecord", "format_table", "load_records", "plot_curves", "plot_pareto", "summarize"]
+__all__ = [
+    "ArmSummary",
+    "Report",
+    "RunRecord",
+    "Section",
+    "build_report",
+    "load_records",
+    "pareto_front",
+    "report_from_runs",
+    "sections_of",
+    "summarize",
+]
 
-ACCURACY_HISTORY = "metrics/eval/MulticlassAccuracy"
-TRAIN_TIME_HISTORY = "time/train_s"
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    run_id: str
-    experiment: str
-    arm: str
-    seed: int
-    group_hash: str
-    baseline_hash: str
-    metrics: dict[str, float]
-    params: dict[str, str]
-    command: str
-
-    @classmethod
-    def from_mlflow(cls, run: Any, experiment: str) -> RunRecord:
-        tags = run.data.tags
-        return cls(
-            run_id=run.info.run_id,
-            experiment=experiment,
-            arm=tags.get(f"{TAG}arm", "?"),
-            seed=int(tags.get(f"{TAG}seed", "-1")),
-            group_hash=tags.get(f"{TAG}group_hash", ""),
-            baseline_hash=tags.get(f"{TAG}baseline_hash", ""),
-            metrics=dict(run.data.metrics),
-            params=dict(run.data.params),
-            command=tags.get(f"{TAG}command", ""),
-        )
-
-
-def load_records(mlflow_client: Any, experiments: Sequence[str] | None = None) -> list[RunRecord]:
-    """Every finished harness run of `experiments` (default: every experiment holding harness runs)."""
-    names = list(experiments) if experiments else harness_experiments(mlflow_client)
-    records = []
-    for name in names:
-        records += [RunRecord.from_mlflow(run, name) for run in search_runs(mlflow_client, [name])]
-    return records
+SETTINGS = ("model", "data", "subset", "eval_subset", "duration", "batch_size", "precision", "device_name")
 
 
 @dataclass
 class ArmSummary:
+    """One configuration (an arm at one budget) over its seeds, compared with its baseline."""
+
     experiment: str
     arm: str
     group_hash: str
@@ -76,12 +60,19 @@ class ArmSummary:
     time_to_target: Interval
     reached: int
     target: float | None
+    cpu_s: Interval = field(default_factory=lambda: t_interval([]))
+    flops: Interval = field(default_factory=lambda: t_interval([]))
+    budget: str = ""
+    cyclic: bool = False
+    family_hash: str = ""
     accuracy_delta: Interval | None = None
-    speedup: Interval | None = None
+    speedup: Interval | None = None  # baseline time / arm time at the same budget
+    flops_ratio: Interval | None = None  # baseline FLOPs / arm FLOPs at the same budget
     speedup_to_target: Interval | None = None
     run_ids: list[str] = field(default_factory=list)
     command: str = ""
     params: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Counter[str]] = field(default_factory=dict)  # setting -> its values over the runs
 
     @property
     def n(self) -> int:
@@ -90,6 +81,20 @@ class ArmSummary:
     @property
     def methods(self) -> list[str]:
         return [] if self.arm == "baseline" else self.arm.split("+")
+
+    @property
+    def budget_label(self) -> str:
+        return f"{self.budget} (cyclic)" if self.cyclic else self.budget
+
+    @property
+    def label(self) -> str:
+        return self.arm
+
+
+def load_records(mlflow_client: object, experiments: Sequence[str] | None = None) -> list[RunRecord]:
+    """Every finished harness run of `experiments` (default: every experiment holding harness runs)."""
+    names = list(experiments) if experiments else harness_experiments(mlflow_client)
+    return load_mlflow_records(mlflow_client, names)
 
 
 def _metric(records: Sequence[RunRecord], key: str) -> list[float]:
@@ -105,22 +110,29 @@ def _summarize_group(records: list[RunRecord]) -> ArmSummary:
     records = sorted(records, key=lambda r: r.seed)
     first = records[0]
     commands = Counter(r.command for r in records if r.command)
+    settings = {key: Counter(r.params.get(key, "None") for r in records) for key in SETTINGS}
     return ArmSummary(
         experiment=first.experiment,
         arm=first.arm,
         group_hash=first.group_hash,
         seeds=[r.seed for r in records],
         accuracy=t_interval(_metric(records, "final/accuracy")),
-        train_s=t_interval(_metric(records, "final/train_s")),
-        wall_s=t_interval(_metric(records, "final/wall_s")),
-        samples_per_s=t_interval(_metric(records, "final/samples_per_s")),
-        peak_memory_mb=t_interval(_metric(records, "final/peak_memory_mb")),
-        time_to_target=t_interval(_metric(records, "final/time_to_target_s")),
+        train_s=log_t_interval(_metric(records, "final/train_s")),
+        wall_s=log_t_interval(_metric(records, "final/wall_s")),
+        samples_per_s=log_t_interval(_metric(records, "final/samples_per_s")),
+        peak_memory_mb=log_t_interval(_metric(records, "final/peak_memory_mb")),
+        time_to_target=log_t_interval(_metric(records, "final/time_to_target_s")),
         reached=int(sum(_metric(records, "final/reached_target"))),
         target=_target(records),
+        cpu_s=log_t_interval(_metric(records, "final/cpu_s")),
+        flops=log_t_interval(_metric(records, "final/flops")),
+        budget=first.budget,
+        cyclic=bool(first.cycles),
+        family_hash=first.family_hash,
         run_ids=[r.run_id for r in records],
         command=commands.most_common(1)[0][0] if commands else "",
         params=dict(first.params),
+        settings=settings,
     )
 
 
@@ -136,18 +148,24 @@ def _compare(summary: ArmSummary, arm: list[RunRecord], base: list[RunRecord]) -
     accuracy, base_accuracy = _paired(arm, base, "final/accuracy")
     if accuracy:
         summary.accuracy_delta = paired_t_difference(accuracy, base_accuracy)
-    train, base_train = _paired(arm, base, "final/train_s")
-    if train:
-        summary.speedup = paired_bootstrap_ratio(base_train, train)
+    for key, attribute in (("final/train_s", "speedup"), ("final/flops", "flops_ratio")):
+        cost, base_cost = _paired(arm, base, key)
+        if cost:
+            setattr(summary, attribute, paired_bootstrap_ratio(base_cost, cost))
     reach, base_reach = _paired(arm, base, "final/time_to_target_s")
     if reach:
         summary.speedup_to_target = paired_bootstrap_ratio(base_reach, reach)
 
 
+def _order(summary: ArmSummary) -> tuple[object, ...]:
+    budget = budget_value(summary.budget) if summary.budget[:1].isdigit() else 0.0
+    return (summary.experiment, summary.arm != "baseline", len(summary.methods), summary.arm, summary.cyclic, budget)
+
+
 def summarize(records: Sequence[RunRecord]) -> list[ArmSummary]:
-    """One summary per (experiment, arm configuration), each compared with its baseline; baseline first."""
+    """One summary per configuration (arm and budget, seeds pooled), each compared with its baseline."""
     groups: dict[str, list[RunRecord]] = defaultdict(list)
-    for record in records:
+    for record in latest_per_config(records):
         groups[record.group_hash].append(record)
     summaries = []
     for group in groups.values():
@@ -156,230 +174,139 @@ def summarize(records: Sequence[RunRecord]) -> list[ArmSummary]:
         if base is not None and summary.arm != "baseline":
             _compare(summary, group, base)
         summaries.append(summary)
-    return sorted(summaries, key=lambda s: (s.experiment, s.arm != "baseline", len(s.methods), s.arm))
+    return sorted(summaries, key=_order)
 
 
-# Tables ---------------------------------------------------------------------------------
-COLUMNS = [
-    "arm",
-    "seeds",
-    "accuracy %",
-    "Δ accuracy (pp)",
-    "train time (s)",
-    "speedup",
-    "samples/s",
-    "time to target (s)",
-    "speedup to target",
-    "peak memory (MB)",
-]
+# Sections: one per study (family) ----------------------------------------------------------
+@dataclass
+class Section:
+    """The runs of one family of one experiment: its summaries, curves and speedups at matched accuracy."""
+
+    experiment: str
+    family_hash: str
+    name: str  # the experiment, with what sets this family apart when the experiment holds several
+    summaries: list[ArmSummary]
+    records: list[RunRecord]
+    curves: list[Curve] = field(default_factory=list)
+    speedups: dict[tuple[str, str], list[Speedup]] = field(default_factory=dict)  # (curve hash, unit) -> per budget
+
+    @property
+    def has_tradeoff(self) -> bool:
+        return any(len(c.budgets) > 1 or c.cyclic for c in self.curves)
+
+    def baseline_curve(self, curve: Curve) -> Curve | None:
+        return next((c for c in self.curves if c.curve_hash == curve.baseline_curve_hash), None)
 
 
-def _row(s: ArmSummary) -> list[str]:
-    reached = f"{s.time_to_target.format(digits=1)} ({s.reached}/{s.n})" if s.target is not None else "—"
-    return [
-        s.arm,
-        str(s.n),
-        s.accuracy.format(scale=100),
-        s.accuracy_delta.format(scale=100) if s.accuracy_delta else "—",
-        s.train_s.format(digits=1),
-        s.speedup.format(suffix="x") if s.speedup else "—",
-        s.samples_per_s.format(digits=0),
-        reached if s.reached else ("not reached" if s.target is not None else "—"),
-        s.speedup_to_target.format(suffix="x") if s.speedup_to_target else "—",
-        s.peak_memory_mb.format(digits=0),
-    ]
+def _family_names(families: dict[str, list[ArmSummary]]) -> dict[str, str]:
+    """A short name for each family of one experiment: the settings in which it differs from the others."""
+    if len(families) < 2:
+        return dict.fromkeys(families, "")
+    values = {
+        f: {k: sorted({v for s in rows for v in s.settings.get(k, {})}) for k in SETTINGS}
+        for f, rows in families.items()
+    }
+    names = {}
+    for family, own in values.items():
+        differing = [
+            k for k in SETTINGS if k not in ("duration", "device_name") and any(v[k] != own[k] for v in values.values())
+        ]
+        names[family] = ", ".join(f"{k} {'/'.join(own[k])}" for k in differing) or f"configuration {family[:8]}"
+    return names
 
 
-def format_table(summaries: Sequence[ArmSummary]) -> str:
-    """A Markdown table (95% confidence intervals: ± for t-intervals, [low, high] for bootstrap speedups)."""
-    rows = [COLUMNS, ["---"] * len(COLUMNS), *(_row(s) for s in summaries)]
-    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
-
-
-def describe(summaries: Sequence[ArmSummary]) -> str:
-    """One line saying what was trained, where, for how long, and the target."""
-    params = summaries[0].params
-    target = summaries[0].target
-    parts = [
-        f"{params.get('model', '?')} on {params.get('data', '?')}"
-        + (f" (first {params['subset']} training images)" if params.get("subset", "None") != "None" else ""),
-        f"{params.get('duration', '?')} at batch {params.get('batch_size', '?')}",
-        f"{params.get('device_name', '?')} ({params.get('precision', '?')})",
-    ]
-    if target is not None:
-        parts.append(f"target accuracy {target:.0%}")
-    return "; ".join(parts)
-
-
-def write_csv(summaries: Sequence[ArmSummary], path: Path) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(
-            [
-                "experiment",
-                "arm",
-                "n",
-                "accuracy",
-                "accuracy_low",
-                "accuracy_high",
-                "train_s",
-                "speedup",
-                "speedup_low",
-                "speedup_high",
-                "time_to_target_s",
-                "reached",
-                "run_ids",
-            ]
-        )
-        for s in summaries:
-            speedup = s.speedup or Interval(float("nan"), None, None, 0)
-            writer.writerow(
-                [
-                    s.experiment,
-                    s.arm,
-                    s.n,
-                    s.accuracy.mean,
-                    s.accuracy.low,
-                    s.accuracy.high,
-                    s.train_s.mean,
-                    speedup.mean,
-                    speedup.low,
-                    speedup.high,
-                    s.time_to_target.mean,
-                    s.reached,
-                    " ".join(s.run_ids),
-                ]
-            )
-
-
-# Plots ----------------------------------------------------------------------------------
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _colours(summaries: Sequence[ArmSummary]) -> dict[str, str]:
-    """One colour per arm, the same in every plot; the baseline is black."""
-    palette = _pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
-    arms = [s.arm for s in summaries if s.arm != "baseline"]
-    return {"baseline": "black", **{arm: palette[i % len(palette)] for i, arm in enumerate(arms)}}
-
-
-def _finish(fig: Any, ax: Any, title: str, path: Path) -> Path:
-    import textwrap
-
-    ax.set_title(textwrap.fill(title, 80), fontsize=9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
-    return path
-
-
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point beats on both time (lower) and accuracy (higher), by time."""
-    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
-    front, best = [], -math.inf
-    for i in order:
-        if points[i][1] > best:
-            front.append(i)
-            best = points[i][1]
-    return front
-
-
-def plot_pareto(summaries: Sequence[ArmSummary], path: Path, title: str) -> Path:
-    """Final accuracy against training time, with 95% intervals and the Pareto front."""
-    plt = _pyplot()
-    shown = [s for s in summaries if not math.isnan(s.accuracy.mean) and not math.isnan(s.train_s.mean)]
-    fig, ax = plt.subplots(figsize=(7, 5))
-    colours = _colours(summaries)
-    points = [(s.train_s.mean, s.accuracy.mean * 100) for s in shown]
-    for s, (x, y) in zip(shown, points):
-        xerr = [[x - s.train_s.low], [s.train_s.high - x]] if s.train_s.low is not None else None
-        yerr = [[y - s.accuracy.low * 100], [s.accuracy.high * 100 - y]] if s.accuracy.low is not None else None
-        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, color=colours[s.arm])
-        ax.annotate(s.arm, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
-    front = pareto_front(points)
-    if front:
-        xs, ys = [points[i][0] for i in front], [points[i][1] for i in front]
-        ax.step(xs, ys, where="post", color="grey", alpha=0.5, label="Pareto front")
-        ax.legend(loc="best")
-    ax.set_xlabel("training time (s), excluding evaluation")
-    ax.set_ylabel("final accuracy (%)")
-    return _finish(fig, ax, title, path)
-
-
-def accuracy_curves(mlflow_client: Any, run_id: str) -> tuple[list[float], list[float]]:
-    """(training seconds, eval accuracy) at each evaluation of a run, joined on the step."""
-    accuracy = {m.step: m.value for m in mlflow_client.get_metric_history(run_id, ACCURACY_HISTORY)}
-    seconds = {m.step: m.value for m in mlflow_client.get_metric_history(run_id, TRAIN_TIME_HISTORY)}
-    steps = sorted(accuracy.keys() & seconds.keys())
-    return [seconds[s] for s in steps], [accuracy[s] for s in steps]
-
-
-def plot_curves(mlflow_client: Any, summaries: Sequence[ArmSummary], path: Path, title: str) -> Path:
-    """Accuracy against training time for every run, one colour per arm."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 5))
-    colours = _colours(summaries)
+def sections_of(records: Sequence[RunRecord], summaries: Sequence[ArmSummary] | None = None) -> list[Section]:
+    """The report's sections, each with its curves and the speedups of every arm's curve against its baseline's."""
+    kept = latest_per_config(records)
+    summaries = list(summaries) if summaries is not None else summarize(kept)
+    by_experiment: dict[str, dict[str, list[ArmSummary]]] = defaultdict(lambda: defaultdict(list))
     for summary in summaries:
-        colour = colours[summary.arm]
-        for number, run_id in enumerate(summary.run_ids):
-            x, y = accuracy_curves(mlflow_client, run_id)
-            label = summary.arm if number == 0 else None
-            ax.plot(x, [v * 100 for v in y], marker=".", color=colour, alpha=0.7, label=label)
-    if summaries and summaries[0].target is not None:
-        ax.axhline(summaries[0].target * 100, linestyle="--", color="grey", linewidth=1, label="target")
-    ax.set_xlabel("training time (s), excluding evaluation")
-    ax.set_ylabel("eval accuracy (%)")
-    ax.legend(fontsize=8)
-    return _finish(fig, ax, title, path)
+        by_experiment[summary.experiment][summary.family_hash].append(summary)
+    sections = []
+    for experiment, families in by_experiment.items():
+        names = _family_names(families)
+        for family, rows in families.items():
+            runs = [r for r in kept if r.experiment == experiment and r.family_hash == family]
+            name = f"{experiment} ({names[family]})" if names[family] else experiment
+            section = Section(experiment, family, name, rows, runs, curves_from_records(runs))
+            for curve in section.curves:
+                base = section.baseline_curve(curve)
+                if base is not None and curve.arm != "baseline":
+                    for unit in COSTS:
+                        section.speedups[(curve.curve_hash, unit)] = matched_speedups(curve, base, unit)
+            sections.append(section)
+    return sections
 
 
-# The whole report -----------------------------------------------------------------------
+# The whole report --------------------------------------------------------------------------
 @dataclass
 class Report:
     summaries: list[ArmSummary]
     markdown: str
     files: list[Path]
+    sections: list[Section] = field(default_factory=list)
 
 
-def by_experiment(summaries: Sequence[ArmSummary]) -> dict[str, list[ArmSummary]]:
-    grouped: dict[str, list[ArmSummary]] = defaultdict(list)
-    for summary in summaries:
-        grouped[summary.experiment].append(summary)
-    return dict(grouped)
+def plot_prefix(section: Section, sections: Sequence[Section]) -> str:
+    """File-name prefix of a section's plots: the experiment, plus the family when it has several."""
+    shared = sum(1 for s in sections if s.experiment == section.experiment) > 1
+    return f"{section.experiment}-{section.family_hash[:8]}" if shared else section.experiment
+
+
+def write_plots(section: Section, sections: Sequence[Section], out: Path) -> list[Path]:
+    from cadence_harness.plots import plot_curves, plot_pareto, plot_tradeoff
+    from cadence_harness.tables import describe
+
+    prefix, rows = plot_prefix(section, sections), section.summaries
+    title = f"{section.name}: {describe(rows)}"
+    files = [
+        plot_pareto(rows, out / f"{prefix}-pareto.png", title),
+        plot_curves(section.records, out / f"{prefix}-curves.png", title, rows[0].target),
+    ]
+    if section.has_tradeoff:
+        files.append(plot_tradeoff(section.curves, out / f"{prefix}-tradeoff.png", title))
+    return files
 
 
 def build_report(
     experiments: Sequence[str] | None = None,
     *,
     tracking_uri: str | None = None,
+    records: Sequence[str | Path] | None = None,
     out_dir: str | Path = "cadence_runs/report",
     plots: bool = True,
 ) -> Report:
-    """Tables (Markdown and CSV) and plots for every experiment, written under `out_dir`."""
-    mlflow_client = client(tracking_uri)
-    summaries = summarize(load_records(mlflow_client, experiments))
+    """Tables (Markdown and CSV) and plots for every experiment, written under `out_dir`.
+
+    The runs come from the run-record files or folders `records` when given (MLflow is not
+    touched), else from the MLflow store at `tracking_uri`.
+    """
+    if records is not None:
+        runs = [r for r in read_records(records) if not experiments or r.experiment in experiments]
+    else:
+        runs = load_records(client(tracking_uri), experiments)
+    return report_from_runs(runs, out_dir=out_dir, plots=plots)
+
+
+def report_from_runs(
+    runs: Sequence[RunRecord], *, out_dir: str | Path = "cadence_runs/report", plots: bool = True
+) -> Report:
+    """The report of `runs`, wherever they were read from."""
+    from cadence_harness.tables import section_markdown, write_csv, write_tradeoff_csv
+
+    summaries = summarize(runs)
+    sections = sections_of(runs, summaries)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
-    sections = []
-    for experiment, rows in by_experiment(summaries).items():
-        title = f"{experiment}: {describe(rows)}"
-        sections.append(f"## {experiment}\n\n{describe(rows)}\n\n{format_table(rows)}\n")
-        if rows[0].command:
-            sections.append(f"Reproduce: `{rows[0].command}`\n")
+    for section in sections:
         if plots:
-            files.append(plot_pareto(rows, out / f"{experiment}-pareto.png", title))
-            files.append(plot_curves(mlflow_client, rows, out / f"{experiment}-curves.png", title))
-    markdown = "# cadence-bench report\n\n" + ("\n".join(sections) if sections else "No finished runs found.\n")
+            files += write_plots(section, sections, out)
+    body = "\n".join(section_markdown(s) for s in sections)
+    markdown = "# cadence-bench report\n\n" + (body if sections else "No finished runs found.\n")
     (out / "report.md").write_text(markdown)
     write_csv(summaries, out / "summary.csv")
     files += [out / "report.md", out / "summary.csv"]
-    return Report(summaries, markdown, files)
+    if any(s.has_tradeoff for s in sections):
+        files.append(write_tradeoff_csv(sections, out / "tradeoff.csv"))
+    return Report(summaries, markdown, files, sections)

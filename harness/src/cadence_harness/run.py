@@ -24,9 +24,11 @@ from cadence import Algorithm
 from cadence.termination import RunTerminated
 from cadence_harness import data as datasets
 from cadence_harness import loaders
+from cadence_harness.budgets import CycleEnds, build_schedulers, cycles_of
+from cadence_harness.flops import FlopCounter
 from cadence_harness.models import build_image_model, build_text_model, build_tokenizer, tokenize
 from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
-from cadence_harness.recipe import OPTIMIZERS, SCHEDULES, Recipe, build_algorithm
+from cadence_harness.recipe import OPTIMIZERS, Recipe, build_algorithm
 from cadence_harness.runspec import RunSpec
 from cadence_harness.timing import RunTimer
 
@@ -263,11 +265,6 @@ def _optimizer(recipe: Recipe, model: torch.nn.Module) -> torch.optim.Optimizer:
     return OPTIMIZERS[recipe.optimizer["name"]](model.parameters(), **kwargs)
 
 
-def _schedulers(recipe: Recipe) -> list[Any]:
-    cls = SCHEDULES[recipe.schedule["name"]]
-    return [] if cls is None else [cls(**{k: v for k, v in recipe.schedule.items() if k != "name"})]
-
-
 def _mlflow_logger(spec: RunSpec, tracking_uri: str | None, tags: dict[str, str]) -> Any:
     from cadence.loggers import MLFlowLogger
 
@@ -307,6 +304,13 @@ def execute(
     model = build_model(recipe, data)
     check_applicable(zip(spec.arm, algorithms), model, sample_batch(data.train, data.eval, device))
     timer = RunTimer(ACCURACY, recipe.target_accuracy, recipe.warmup_batches)
+    flops = FlopCounter()
+    callbacks: list[Any] = [timer, flops]  # costs: time and CPU time (timer), training FLOPs
+    eval_interval: Any = recipe.eval_interval
+    if cycles_of(recipe):  # a cyclic run: evaluations at every cycle's end are the points of its curve
+        cycles = CycleEnds(cycles_of(recipe), recipe.eval_interval)
+        callbacks.append(cycles)
+        eval_interval = cycles.due
 
     mlflow_logger = _mlflow_logger(spec, tracking_uri, dict(tags or {}))
     try:
@@ -320,12 +324,12 @@ def execute(
             model=model,
             train_dataloader=data.train,
             eval_dataloader=data.eval,
-            eval_interval=recipe.eval_interval,
+            eval_interval=eval_interval,
             max_duration=recipe.duration,
             optimizers=_optimizer(recipe, model),
-            schedulers=_schedulers(recipe),
+            schedulers=build_schedulers(recipe),
             algorithms=algorithms,
-            callbacks=[timer],
+            callbacks=callbacks,
             loggers=[mlflow_logger],
             device=device,
             precision=recipe.resolved_precision,
@@ -343,7 +347,7 @@ def execute(
         trainer.fit()
     finally:
         trainer.close()
-    return RunResult(mlflow_logger.run_id, timer.summary(device))
+    return RunResult(mlflow_logger.run_id, {**timer.summary(device), **flops.summary()})
 
 
 def _log_config(mlflow_logger: Any, spec: RunSpec) -> None:

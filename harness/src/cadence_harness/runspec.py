@@ -4,7 +4,9 @@ A run is identified by the hash of its canonical configuration (what is trained,
 which methods and hyperparameters, on which seed), stored as the MLflow tag
 ``cadence.config_hash``. A grid skips every configuration whose hash already has a
 finished run, so reruns resume; ``cadence.group_hash`` (the same without the seed) groups
-the seeds of one arm in reports.
+the seeds of one arm in reports. Hashes without the budget tie the runs of one tradeoff curve
+together (``cadence.curve_hash``), and without the methods too, the arms of one study
+(``cadence.family_hash``): a report compares only runs of one family.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from cadence_harness.recipe import Recipe
 __all__ = ["TAG", "RunSpec", "arm_name", "config_hash"]
 
 TAG = "cadence."  # prefix of every tag the harness writes
-_NOT_IDENTITY = ("name", "description", "source", "seeds", "grid", "methods")
+_NOT_IDENTITY = ("name", "description", "source", "seeds", "grid", "methods", "durations", "curve")
 
 
 def arm_name(methods: tuple[str, ...]) -> str:
@@ -36,6 +38,7 @@ class RunSpec:
     recipe: Recipe
     arm: tuple[str, ...]
     seed: int
+    label: str = ""  # which run of a curve: its budget, or "cyclic" (not part of its identity)
 
     @property
     def arm_name(self) -> str:
@@ -43,7 +46,7 @@ class RunSpec:
 
     @property
     def run_name(self) -> str:
-        return f"{self.arm_name}-s{self.seed}"
+        return f"{self.arm_name}-{self.label}-s{self.seed}" if self.label else f"{self.arm_name}-s{self.seed}"
 
     @property
     def experiment(self) -> str:
@@ -75,6 +78,29 @@ class RunSpec:
         """The group hash of the same configuration without methods: the arm's baseline."""
         return config_hash({**self.group_config(), "methods": []})
 
+    def curve_config(self) -> dict[str, Any]:
+        """The arm's configuration without its budget: every budget of one tradeoff curve shares it."""
+        return {k: v for k, v in self.group_config().items() if k != "duration"}
+
+    @property
+    def curve_hash(self) -> str:
+        return config_hash(self.curve_config())
+
+    @property
+    def baseline_curve_hash(self) -> str:
+        return config_hash({**self.curve_config(), "methods": []})
+
+    @property
+    def family_hash(self) -> str:
+        """Everything but the methods, the budget and the cyclic schedule: the runs a report may compare."""
+        config = {**self.curve_config(), "methods": []}
+        config["schedule"] = {k: v for k, v in config["schedule"].items() if k != "cycles"}
+        return config_hash(config)
+
+    @property
+    def cycles(self) -> tuple[str, ...]:
+        return tuple(self.recipe.schedule.get("cycles", ()))
+
     def tags(self) -> dict[str, str]:
         return {
             f"{TAG}config_hash": self.config_hash,
@@ -83,14 +109,22 @@ class RunSpec:
             f"{TAG}recipe": self.recipe.name,
             f"{TAG}arm": self.arm_name,
             f"{TAG}seed": str(self.seed),
+            f"{TAG}curve_hash": self.curve_hash,
+            f"{TAG}baseline_curve_hash": self.baseline_curve_hash,
+            f"{TAG}family_hash": self.family_hash,
+            f"{TAG}budget": self.recipe.duration,
+            f"{TAG}curve": "cyclic" if self.cycles else "sweep",
+            **({f"{TAG}cycles": ",".join(self.cycles)} if self.cycles else {}),
         }
 
     # Handing a spec to a worker process -------------------------------------------------
     def to_json(self) -> str:
-        return json.dumps({"recipe": self.recipe.to_dict(), "arm": list(self.arm), "seed": self.seed}, indent=2)
+        data = {"recipe": self.recipe.to_dict(), "arm": list(self.arm), "seed": self.seed, "label": self.label}
+        return json.dumps(data, indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> RunSpec:
         """The spec `to_json` wrote, as the parent validated it: nothing is validated or built again."""
         data = json.loads(text)
-        return cls(recipe=Recipe.from_dict(data["recipe"]), arm=tuple(data["arm"]), seed=int(data["seed"]))
+        recipe = Recipe.from_dict(data["recipe"])
+        return cls(recipe=recipe, arm=tuple(data["arm"]), seed=int(data["seed"]), label=data.get("label", ""))

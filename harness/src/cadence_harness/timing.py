@@ -5,6 +5,11 @@ optimizer step. Evaluation pauses it, and the first `warmup_batches` batches (wh
 ``torch.compile`` and allocator warm-up) are timed on their own line. On CUDA the region is
 bracketed with CUDA events, synchronised only where the loop already synchronises (evaluation
 reads its metrics back) and at the end; on CPU it uses ``time.perf_counter``.
+
+Beside wall-clock, the same segments accumulate the process's CPU time (``time.process_time``:
+every thread of this process, user and system). On a shared machine another process slows the
+clock but not this process's CPU time, so ``final/cpu_s`` is the steadier cost on CPU (DataLoader
+worker processes are not included; the default tensor loader has none).
 """
 
 from __future__ import annotations
@@ -39,9 +44,12 @@ class _Stopwatch:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.total = 0.0
+        self.cpu_total = 0.0
         self._start: Any = None
+        self._cpu_start = 0.0
 
     def start(self) -> None:
+        self._cpu_start = time.process_time()
         if self.cuda:
             self._start = torch.cuda.Event(enable_timing=True)
             self._start.record()
@@ -52,6 +60,7 @@ class _Stopwatch:
         """End the segment (synchronising on CUDA) and return the running total in seconds."""
         if self._start is None:
             return self.total
+        self.cpu_total += time.process_time() - self._cpu_start
         if self.cuda:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
@@ -134,7 +143,11 @@ class RunTimer(Callback):
         if self.train is None:  # an eval() outside fit()
             return
         train_s = self.train.total
-        metrics: dict[str, float] = {"time/train_s": train_s, "time/eval_s": self.eval_s}
+        metrics: dict[str, float] = {
+            "time/train_s": train_s,
+            "time/cpu_s": self.train.cpu_total,
+            "time/eval_s": self.eval_s,
+        }
         metric = state.eval_metrics.get(self.target_metric or "")
         if metric is not None:
             self.last_value = float(metric.compute())
@@ -161,6 +174,7 @@ class RunTimer(Callback):
         train_s = self.train.total
         summary = {
             "final/train_s": train_s,
+            "final/cpu_s": self.train.cpu_total,
             "final/warmup_s": self.warmup.total,
             "final/eval_s": self.eval_s,
             "final/wall_s": self.wall_s,

@@ -1,0 +1,243 @@
+"""Training budgets: a recipe's ``durations`` sweep, and the ``cyclic`` curve that reads it from one run.
+
+A tradeoff curve (accuracy against cost) needs runs of several lengths, each with its learning
+rate schedule fitted to its own length (MosaicML's methodology; Kaddour et al. 2023 show that a
+baseline whose schedule is not fully decayed at each budget makes methods look better than they
+are). With ``durations = ["2ep", "4ep", "8ep", "16ep"]`` every arm runs once per budget and seed,
+and every schedule time must be a fraction of the run (``"1dur"``, ``"0.1dur"``), so each
+budget's schedule ends where its run ends. A constant schedule is refused: it never decays.
+
+``curve = "cyclic"`` (Portes et al. 2022, *Fast Benchmarking of Accuracy vs. Training Time with
+Cyclic Learning Rates*) instead trains each arm once per seed up to the longest budget, with a
+multiplicative cyclic schedule whose cycles end at the budgets: within each cycle the recipe's own
+schedule, fitted to the cycle, decays the learning rate to its end, and the evaluation at each
+cycle's end is one point of the curve. The warm-up (a fraction of the run) happens in the first
+cycle only, so the first cycle is exactly the shortest budget's run; later cycles restart at the
+peak rate. The baseline also runs the sweep, so the report can say how far the cyclic curve is
+from the standard one. Methods whose behaviour follows the elapsed fraction of training
+(progressive resizing, selective backprop, layer freezing) see the whole cyclic run, not each
+cycle, so their cyclic curves differ from their sweeps by construction: use the sweep for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from cadence.callback import Callback
+from cadence.event import Event
+from cadence.intervals import parse_interval
+from cadence.schedulers import Scheduler
+from cadence.time import Time, TimeUnit
+from cadence_harness.recipe_checks import SCHEDULES, check_time, fail
+
+if TYPE_CHECKING:
+    from cadence.loggers.logger import Logger
+    from cadence.state import State
+    from cadence_harness.recipe import Recipe
+
+__all__ = [
+    "CURVES",
+    "CycleEnds",
+    "CyclicScheduler",
+    "budget_value",
+    "build_schedulers",
+    "check_budgets",
+    "check_decays",
+    "cycles_of",
+    "leaf_recipes",
+]
+
+CURVES = ("sweep", "cyclic")
+SCHEDULE_TIMES = ("t_max", "t_warmup", "milestones")  # the schedule arguments that are times
+CYCLE_METRIC = "curve/cycle_end"
+_WITHOUT_WARMUP = {"cosine_warmup": "cosine", "linear_warmup": "linear", "multistep_warmup": "multistep"}
+
+
+def budget_value(duration: str) -> float:
+    """The number in a duration (``"16ep"`` -> 16): budgets of one recipe share a unit, so it orders them."""
+    return float(Time.from_input(duration).value)
+
+
+def check_budgets(values: dict[str, Any]) -> tuple[str, ...]:
+    """Check ``durations`` and ``curve`` of a recipe's values, and fill in ``duration`` from them.
+
+    Returns the budgets (empty when the recipe has one ``duration``). Raises `RecipeError` naming the key.
+    """
+    durations = values.get("durations", [])
+    curve = values.get("curve", "sweep")
+    if curve not in CURVES:
+        raise fail("curve", curve, f"must be one of {', '.join(map(repr, CURVES))}")
+    if not isinstance(durations, (list, tuple)) or not all(isinstance(d, str) for d in durations):
+        raise fail("durations", durations, "must be a list of budgets, e.g. ['2ep', '4ep', '8ep', '16ep']")
+    if not durations:
+        if curve == "cyclic":
+            raise fail("curve", curve, "a cyclic curve needs `durations`: the budgets where its cycles end")
+        return ()
+    times = [check_time(f"durations[{i}]", d, (TimeUnit.EPOCH, TimeUnit.BATCH)) for i, d in enumerate(durations)]
+    if len(times) < 2:
+        raise fail("durations", list(durations), "a curve needs at least two budgets; for one, write `duration`")
+    if len({t.unit for t in times}) > 1:
+        raise fail("durations", list(durations), "give every budget in one unit (all ep or all ba)")
+    if any(b.value <= a.value for a, b in itertools.pairwise(times)):
+        raise fail("durations", list(durations), "budgets must increase, e.g. ['2ep', '4ep', '8ep']")
+    if "duration" in values and values["duration"] != durations[-1]:
+        raise fail(
+            "duration",
+            values["duration"],
+            f"the recipe also gives `durations` = {list(durations)!r}: give one budget (`duration`) or a sweep "
+            "(`durations`); on the command line --duration replaces the sweep",
+        )
+    values["duration"] = durations[-1]
+    return tuple(durations)
+
+
+def check_decays(schedule: dict[str, Any]) -> None:
+    """With several budgets, the schedule must decay fully within each run: its times are fractions of the run."""
+    name = schedule.get("name", "constant")
+    if SCHEDULES.get(name) is None:
+        decaying = ", ".join(n for n, cls in SCHEDULES.items() if cls is not None)
+        raise fail(
+            "schedule.name",
+            name,
+            f"with `durations`, the learning rate must decay by the end of every budget; use one of {decaying}",
+        )
+    for key in SCHEDULE_TIMES:
+        if key not in schedule:
+            continue
+        given = schedule[key]
+        for value in given if isinstance(given, list) else [given]:
+            try:
+                unit = Time.from_input(value, TimeUnit.BATCH).unit
+            except (TypeError, ValueError):
+                continue  # the scheduler's own check names it
+            if unit is not TimeUnit.DURATION:
+                raise fail(
+                    f"schedule.{key}",
+                    given,
+                    "with `durations`, every schedule time is a fraction of the run ('1dur', '0.1dur'), so that "
+                    "each budget's schedule ends where its run ends",
+                )
+
+
+def leaf_recipes(recipe: Recipe, arm: tuple[str, ...]) -> list[tuple[str, Recipe]]:
+    """The runs one arm makes of `recipe`: (label, a recipe of one budget, ``durations`` emptied) pairs.
+
+    One per budget for a sweep (labelled with the budget); for a cyclic curve one run up to the
+    longest budget with ``schedule.cycles`` (labelled ``cyclic``), plus the sweep when the arm is the
+    baseline (to check the cyclic curve against). A recipe of one budget is its own run (label ``""``).
+    """
+    if not recipe.durations:
+        return [("", recipe)]
+    leaves = []
+    if recipe.curve == "cyclic":
+        schedule = {**recipe.schedule, "cycles": list(recipe.durations)}
+        leaves.append(("cyclic", _leaf(recipe, recipe.durations[-1], schedule)))
+        if arm:
+            return leaves
+    leaves += [(duration, _leaf(recipe, duration, dict(recipe.schedule))) for duration in recipe.durations]
+    return leaves
+
+
+def _leaf(recipe: Recipe, duration: str, schedule: dict[str, Any]) -> Recipe:
+    leaf = dataclasses.replace(recipe, duration=duration, durations=(), curve="sweep", schedule=schedule)
+    leaf._algorithms.update(recipe._algorithms)  # the instances validation built answer for the leaf too
+    return leaf
+
+
+def cycles_of(recipe: Recipe) -> tuple[str, ...]:
+    """The cycle ends of a cyclic run's recipe (empty for any other run)."""
+    return tuple(recipe.schedule.get("cycles", ()))
+
+
+# The cyclic schedule ---------------------------------------------------------------------
+class _CycleClock:
+    """What a cadence scheduler reads of `State`, seen from inside one cycle of `length` batches."""
+
+    def __init__(self, batch: int, length: int):
+        self.timestamp = SimpleNamespace(batch=batch)
+        self.length = length
+
+    def to_batches(self, time: Time) -> int:
+        if time.unit is not TimeUnit.DURATION:
+            raise ValueError(f"a cyclic schedule takes its times as fractions of a cycle ('0.1dur'), got {time}")
+        return round(time.value * self.length)
+
+
+class CyclicScheduler(Scheduler):
+    """The multiplicative cyclic schedule of Portes et al. (2022): `base` fitted to each cycle in turn.
+
+    Args:
+        cycle_ends: where each cycle ends (``["2ep", "4ep", "8ep"]``), increasing.
+        name: the recipe's schedule (``cosine_warmup``, ...); its times must be fractions (``dur``),
+            read as fractions of each cycle. Its warm-up happens in the first cycle only.
+        kwargs: that schedule's arguments.
+    """
+
+    def __init__(self, cycle_ends: Sequence[str], name: str = "cosine", **kwargs: Any):
+        self.cycle_ends = [Time.from_input(end) for end in cycle_ends]
+        first = SCHEDULES[name]
+        if first is None:
+            raise ValueError("a cyclic schedule needs a decaying schedule, not 'constant'")
+        self.first = first(**kwargs)
+        later = _WITHOUT_WARMUP.get(name)
+        rest = {k: v for k, v in kwargs.items() if k != "t_warmup"}
+        self.later = SCHEDULES[later](**rest) if later is not None else self.first  # type: ignore[misc]
+
+    def bounds(self, state: State) -> list[int]:
+        """The batch at which each cycle ends."""
+        return [state.to_batches(end) for end in self.cycle_ends]
+
+    def __call__(self, state: State, ssr: float = 1.0) -> float:
+        batch, start = state.timestamp.batch, 0
+        ends = self.bounds(state)
+        for index, end in enumerate(ends):
+            if batch < end or index == len(ends) - 1:
+                clock = _CycleClock(batch - start, max(end - start, 1))
+                return (self.first if index == 0 else self.later)(clock, ssr)  # type: ignore[arg-type]
+            start = end
+        raise AssertionError("unreachable")
+
+
+def build_schedulers(recipe: Recipe) -> list[Scheduler]:
+    """The run's learning-rate schedule: the recipe's, or the cyclic one when ``schedule.cycles`` is set."""
+    kwargs = {k: v for k, v in recipe.schedule.items() if k not in ("name", "cycles")}
+    cycles = cycles_of(recipe)
+    if cycles:
+        return [CyclicScheduler(cycles, recipe.schedule["name"], **kwargs)]
+    cls = SCHEDULES[recipe.schedule["name"]]
+    return [] if cls is None else [cls(**kwargs)]
+
+
+class CycleEnds(Callback):
+    """Evaluates at the end of every cycle of a cyclic run and marks it: ``curve/cycle_end`` = its number (1, 2, ...).
+
+    Its `due` is the Trainer's ``eval_interval``: the recipe's interval, plus every cycle end,
+    never twice at one batch.
+    """
+
+    def __init__(self, cycle_ends: Sequence[str], every: Any = "1ep"):
+        self.cycle_ends = [Time.from_input(end) for end in cycle_ends]
+        self.every = parse_interval(every, "eval_interval")
+        self._last_eval = -1
+
+    def _ends(self, state: State) -> list[int]:
+        return [state.to_batches(end) for end in self.cycle_ends]
+
+    def due(self, state: State, event: Event) -> bool:
+        batch = state.timestamp.batch
+        if batch == self._last_eval:
+            return False
+        if event is Event.BATCH_END and batch in self._ends(state):
+            return True
+        return self.every is not None and self.every(state, event)
+
+    def eval_end(self, state: State, logger: Logger) -> None:
+        batch = state.timestamp.batch
+        self._last_eval = batch
+        ends = self._ends(state)
+        if batch in ends:
+            logger.log_metrics({CYCLE_METRIC: ends.index(batch) + 1})

@@ -1,0 +1,123 @@
+"""The report's plots: arms at one budget (accuracy against time), accuracy over each run, tradeoff curves.
+
+Every plot is drawn from run records (their final metrics and evaluations), so it needs no MLflow.
+One colour per arm in every plot; the baseline is black. Error bars are 95% intervals over seeds.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cadence_harness.tradeoff import COSTS, Curve, pareto_front, pareto_points
+
+if TYPE_CHECKING:
+    from cadence_harness.records import RunRecord
+    from cadence_harness.report import ArmSummary
+
+__all__ = ["plot_curves", "plot_pareto", "plot_tradeoff"]
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def colours(arms: Sequence[str]) -> dict[str, str]:
+    """One colour per arm, the same in every plot; the baseline is black."""
+    palette = _pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
+    others = [arm for arm in dict.fromkeys(arms) if arm != "baseline"]
+    return {"baseline": "black", **{arm: palette[i % len(palette)] for i, arm in enumerate(others)}}
+
+
+def _finish(fig: Any, axes: Sequence[Any], title: str, path: Path) -> Path:
+    axes[0].figure.suptitle(textwrap.fill(title, 90), fontsize=9)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
+def _errors(mean: float, low: float | None, high: float | None, scale: float = 1.0) -> Any:
+    return None if low is None or high is None else [[(mean - low) * scale], [(high - mean) * scale]]
+
+
+def plot_pareto(summaries: Sequence[ArmSummary], path: Path, title: str) -> Path:
+    """Final accuracy against training time, one point per arm and budget, with the Pareto front."""
+    plt = _pyplot()
+    shown = [s for s in summaries if not math.isnan(s.accuracy.mean) and not math.isnan(s.train_s.mean)]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    palette = colours([s.arm for s in summaries])
+    points = [(s.train_s.mean, s.accuracy.mean * 100) for s in shown]
+    for s, (x, y) in zip(shown, points):
+        xerr = _errors(s.train_s.mean, s.train_s.low, s.train_s.high)
+        yerr = _errors(s.accuracy.mean, s.accuracy.low, s.accuracy.high, 100)
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, color=palette[s.arm])
+        ax.annotate(s.label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    front = pareto_front(points)
+    if front:
+        xs, ys = [points[i][0] for i in front], [points[i][1] for i in front]
+        ax.step(xs, ys, where="post", color="grey", alpha=0.5, label="Pareto front")
+        ax.legend(loc="best")
+    ax.set_xlabel("training time (s), excluding evaluation")
+    ax.set_ylabel("final accuracy (%)")
+    return _finish(fig, [ax], title, path)
+
+
+def plot_curves(records: Sequence[RunRecord], path: Path, title: str, target: float | None = None) -> Path:
+    """Accuracy against training time at each evaluation of every run, one colour per arm."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    palette = colours([r.arm for r in records])
+    labelled: set[str] = set()
+    for record in sorted(records, key=lambda r: (r.arm != "baseline", r.arm, r.seed)):
+        points = [p for p in record.evals if "train_s" in p and "accuracy" in p]
+        label = record.arm if record.arm not in labelled else None
+        labelled.add(record.arm)
+        xs, ys = [p["train_s"] for p in points], [p["accuracy"] * 100 for p in points]
+        ax.plot(xs, ys, marker=".", color=palette[record.arm], alpha=0.7, label=label)
+    if target is not None:
+        ax.axhline(target * 100, linestyle="--", color="grey", linewidth=1, label="target")
+    ax.set_xlabel("training time (s), excluding evaluation")
+    ax.set_ylabel("eval accuracy (%)")
+    ax.legend(fontsize=8)
+    return _finish(fig, [ax], title, path)
+
+
+def plot_tradeoff(curves: Sequence[Curve], path: Path, title: str, units: Sequence[str] = ("flops", "train_s")) -> Path:
+    """Each arm's curve of final accuracy against cost (log axis), one panel per cost unit, mean and
+    95% intervals over seeds; the grey steps are the Pareto front over all arms."""
+    plt = _pyplot()
+    shown = [u for u in units if any(u in c.costs for c in curves)] or ["train_s"]
+    fig, axes = plt.subplots(1, len(shown), figsize=(6.5 * len(shown), 5), squeeze=False)
+    palette = colours([c.arm for c in curves])
+    for ax, unit in zip(axes[0], shown):
+        for curve in (c for c in curves if unit in c.costs):
+            x = curve.costs[unit].mean(0)
+            y = curve.accuracy.mean(0) * 100
+            yerr = [[], []]
+            for j in range(len(curve.budgets)):
+                interval = curve.accuracy_interval(j)
+                low, high = (interval.low, interval.high) if interval.low is not None else (interval.mean,) * 2
+                yerr[0].append((interval.mean - low) * 100)
+                yerr[1].append((high - interval.mean) * 100)
+            style = "--" if curve.cyclic else "-"
+            ax.errorbar(x, y, yerr=yerr, fmt="o" + style, capsize=3, color=palette[curve.arm], label=curve.label)
+        front = pareto_points(curves, unit)
+        if front:
+            ax.step([p[2] for p in front], [p[3] * 100 for p in front], where="post", color="grey", alpha=0.4)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{COSTS[unit]}" + (" (s)" if unit != "flops" else ""))
+        ax.set_ylabel("final accuracy (%)")
+        ax.legend(fontsize=7)
+    return _finish(fig, list(axes[0]), title, path)

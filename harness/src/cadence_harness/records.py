@@ -1,0 +1,306 @@
+"""Run records: a finished run as one line of JSON, the form in which results live in the repository.
+
+``method_cards/runs/<experiment>.jsonl`` holds one line per finished run, keys sorted, so a line
+never changes once written and a diff shows only the runs that were added:
+
+* identity: ``experiment``, ``arm``, ``seed``, ``config_hash``, ``mlflow_run_id``, ``run_name`` and the ``cadence.*``
+  tags (group, baseline, curve and family hashes, budget, grid membership, the command);
+* ``params``: every setting as MLflow holds it; ``machine`` (CPU/GPU name, threads, Python, driver)
+  and ``versions`` (torch, cadence, ..., git sha), split off for reading;
+* ``final``: the run's final metrics, with the costs: ``train_s``, ``cpu_s`` (process CPU time),
+  ``flops`` (training FLOPs), ``wall_s``, ``eval_s``;
+* ``evals``: each evaluation's step, accuracy, and the costs spent up to it.
+
+`cadence-bench report --records` builds every table and plot from these files alone (no MLflow);
+`cadence-bench grid` imports them into its MLflow store, a fresh one too, and skips what they hold;
+it appends each run it finishes. Two machines' files merge by concatenation: duplicate runs are
+read once, and of two runs of one configuration the newer counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cadence_harness.runspec import TAG
+from cadence_harness.tracking import client, search_runs
+
+__all__ = [
+    "EVAL_KEYS",
+    "RecordError",
+    "RunRecord",
+    "export_runs",
+    "import_records",
+    "latest_per_config",
+    "load_mlflow_records",
+    "read_records",
+    "records_file",
+]
+
+FORMAT = 1
+EVAL_KEYS = {  # the per-evaluation metrics a record keeps, by their short name
+    "accuracy": "metrics/eval/MulticlassAccuracy",
+    "train_s": "time/train_s",
+    "cpu_s": "time/cpu_s",
+    "flops": "cost/flops",
+    "cycle_end": "curve/cycle_end",
+}
+MACHINE_PARAMS = ("device_name", "cpu_threads", "python", "cuda_driver")
+
+
+class RecordError(ValueError):
+    """A run-record file that cannot be read: the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One finished run, read from MLflow or from a record line."""
+
+    run_id: str
+    experiment: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    evals: tuple[dict[str, float], ...] = ()
+    end_time: int = 0  # ms since the epoch; of two runs of one configuration, the newer counts
+    source: str = "mlflow"  # or the record file it came from
+    run_name: str = ""  # the MLflow run name (``arm-budget-sSEED``)
+
+    def tag(self, name: str, default: str = "") -> str:
+        return self.tags.get(f"{TAG}{name}", default)
+
+    @property
+    def arm(self) -> str:
+        return self.tag("arm", "?")
+
+    @property
+    def seed(self) -> int:
+        return int(self.tag("seed", "-1"))
+
+    @property
+    def config_hash(self) -> str:
+        return self.tag("config_hash", self.run_id)
+
+    @property
+    def group_hash(self) -> str:
+        return self.tag("group_hash")
+
+    @property
+    def baseline_hash(self) -> str:
+        return self.tag("baseline_hash")
+
+    @property
+    def curve_hash(self) -> str:  # runs logged before budgets existed: one budget, one curve per group
+        return self.tag("curve_hash", self.group_hash)
+
+    @property
+    def baseline_curve_hash(self) -> str:
+        return self.tag("baseline_curve_hash", self.baseline_hash)
+
+    @property
+    def family_hash(self) -> str:
+        return self.tag("family_hash", self.baseline_hash)
+
+    @property
+    def budget(self) -> str:
+        return self.tag("budget", self.params.get("duration", "?"))
+
+    @property
+    def cycles(self) -> tuple[str, ...]:
+        text = self.tag("cycles")
+        return tuple(text.split(",")) if text else ()
+
+    @property
+    def command(self) -> str:
+        return self.tag("command")
+
+    @property
+    def record_id(self) -> str:
+        """The id of the MLflow run that trained it (an imported run keeps its original's)."""
+        return self.tag("record_run_id", self.run_id)
+
+    # Record lines ---------------------------------------------------------------------------
+    def to_json(self) -> str:
+        params = dict(self.params)
+        machine = {key: params.pop(key) for key in MACHINE_PARAMS if key in params}
+        versions = {key: params.pop(key) for key in list(params) if key.startswith("versions.") or key == "git_sha"}
+        line = {
+            "format": FORMAT,
+            "experiment": self.experiment,
+            "mlflow_run_id": self.record_id,
+            "run_name": self.run_name,
+            "arm": self.arm,
+            "seed": self.seed,
+            "config_hash": self.config_hash,
+            "end_time": self.end_time,
+            "tags": {k: v for k, v in self.tags.items() if k.startswith(TAG) and k != f"{TAG}record_run_id"},
+            "params": params,
+            "machine": machine,
+            "versions": versions,
+            "final": {k.removeprefix("final/"): v for k, v in self.metrics.items() if k.startswith("final/")},
+            "evals": list(self.evals),
+        }
+        return json.dumps(line, sort_keys=True, separators=(",", ":"), default=str)
+
+    @classmethod
+    def from_json(cls, line: str, source: str = "") -> RunRecord:
+        data = json.loads(line)
+        if data.get("format") != FORMAT:
+            raise ValueError(f"record format {data.get('format')!r} is not {FORMAT}: written by another version")
+        return cls(
+            run_id=data["mlflow_run_id"],
+            experiment=data["experiment"],
+            tags=dict(data["tags"]),
+            params={**data["params"], **data["machine"], **data["versions"]},
+            metrics={f"final/{k}": float(v) for k, v in data["final"].items()},
+            evals=tuple(data["evals"]),
+            end_time=int(data.get("end_time", 0)),
+            source=source,
+            run_name=str(data.get("run_name", "")),
+        )
+
+
+def records_file(records_dir: str | Path, experiment: str) -> Path:
+    return Path(records_dir) / f"{experiment}.jsonl"
+
+
+def read_records(paths: Iterable[str | Path]) -> list[RunRecord]:
+    """Every record in the files (a folder means its ``*.jsonl``), each run once."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files += sorted(path.glob("*.jsonl"))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise RecordError(
+                f"`--records` {str(path)!r}: no such file or folder of run records (*.jsonl); pass the folder that "
+                "holds <experiment>.jsonl, e.g. method_cards/runs"
+            )
+    records: dict[str, RunRecord] = {}
+    for file in files:
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = RunRecord.from_json(line, source=str(file))
+            except (ValueError, KeyError, TypeError) as error:
+                raise RecordError(
+                    f"{file}:{number}: not a run record ({error}); each line must be one run as `cadence-bench "
+                    "export` writes it: fix or remove the line"
+                ) from None
+            records.setdefault(record.run_id, record)
+    return list(records.values())
+
+
+def latest_per_config(records: Iterable[RunRecord]) -> list[RunRecord]:
+    """The newest run of each configuration hash: a configuration run twice counts once, never as two seeds."""
+    newest: dict[str, RunRecord] = {}
+    for record in records:
+        kept = newest.get(record.config_hash)
+        if kept is None or record.end_time > kept.end_time:
+            newest[record.config_hash] = record
+    return list(newest.values())
+
+
+# MLflow ------------------------------------------------------------------------------------
+def _evals(mlflow_client: Any, run: Any) -> tuple[dict[str, float], ...]:
+    """(step, accuracy, costs up to it) at each evaluation of a run, joined on the step."""
+    histories = {}
+    for name, key in EVAL_KEYS.items():
+        if key in run.data.metrics:
+            histories[name] = {m.step: m.value for m in mlflow_client.get_metric_history(run.info.run_id, key)}
+    accuracy = histories.get("accuracy", {})
+    points = []
+    for step in sorted(accuracy):
+        point = {"step": step, **{name: values[step] for name, values in histories.items() if step in values}}
+        points.append(point)
+    return tuple(points)
+
+
+def record_from_mlflow(mlflow_client: Any, run: Any, experiment: str, evals: bool = True) -> RunRecord:
+    return RunRecord(
+        run_id=run.info.run_id,
+        experiment=experiment,
+        tags=dict(run.data.tags),
+        params=dict(run.data.params),
+        metrics=dict(run.data.metrics),
+        evals=_evals(mlflow_client, run) if evals else (),
+        end_time=int(run.info.end_time or 0),
+        run_name=str(run.info.run_name or ""),
+    )
+
+
+def load_mlflow_records(mlflow_client: Any, experiments: Sequence[str]) -> list[RunRecord]:
+    """Every finished harness run of `experiments`, with its evaluations."""
+    records = []
+    for name in experiments:
+        records += [record_from_mlflow(mlflow_client, run, name) for run in search_runs(mlflow_client, [name])]
+    return records
+
+
+def export_runs(uri: str, experiment: str, path: str | Path, config_hashes: Sequence[str] | None = None) -> list[str]:
+    """Append the experiment's finished runs (of `config_hashes`, default all) that `path` lacks; returns their ids."""
+    path = Path(path)
+    known = {record.run_id for record in read_records([path])} if path.is_file() else set()
+    mlflow_client = client(uri)
+    wanted = None if config_hashes is None else set(config_hashes)
+    runs = [
+        run
+        for run in search_runs(mlflow_client, [experiment])
+        if (wanted is None or run.data.tags.get(f"{TAG}config_hash") in wanted)
+        and run.data.tags.get(f"{TAG}record_run_id", run.info.run_id) not in known
+    ]
+    runs.sort(key=lambda run: (run.info.end_time or 0, run.info.run_id))
+    lines = [record_from_mlflow(mlflow_client, run, experiment).to_json() for run in runs]
+    if lines:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+    return [run.info.run_id for run in runs]
+
+
+def _batches(items: list[Any], size: int) -> Iterable[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def import_records(uri: str, path: str | Path) -> list[str]:
+    """Create a FINISHED MLflow run for every record of `path` the store lacks; returns the new run ids.
+
+    A run is known by its original id: an imported run carries it in ``cadence.record_run_id``, so
+    importing twice, or exporting an imported run, adds nothing.
+    """
+    from mlflow.entities import Metric, Param
+
+    mlflow_client = client(uri)
+    records = latest_per_config(read_records([path]))
+    created = []
+    for experiment in sorted({record.experiment for record in records}):
+        existing = mlflow_client.get_experiment_by_name(experiment)
+        experiment_id = existing.experiment_id if existing is not None else mlflow_client.create_experiment(experiment)
+        runs = search_runs(mlflow_client, [experiment], status=None)
+        present = {run.info.run_id for run in runs} | {
+            run.data.tags[f"{TAG}record_run_id"] for run in runs if f"{TAG}record_run_id" in run.data.tags
+        }
+        for record in (r for r in records if r.experiment == experiment and r.run_id not in present):
+            tags = {**record.tags, f"{TAG}record_run_id": record.run_id, f"{TAG}imported_from": Path(path).name}
+            name = record.run_name or f"{record.arm}-s{record.seed}"
+            run = mlflow_client.create_run(experiment_id, run_name=name, tags=tags)
+            run_id = run.info.run_id
+            last = int(record.evals[-1]["step"]) if record.evals else 0
+            stamp = record.end_time or 0
+            metrics = [Metric(k, v, stamp, last) for k, v in record.metrics.items()]
+            for point in record.evals:
+                step = int(point["step"])
+                metrics += [Metric(EVAL_KEYS[k], float(v), stamp, step) for k, v in point.items() if k in EVAL_KEYS]
+            for chunk in _batches([Param(k, str(v)) for k, v in record.params.items()], 100):
+                mlflow_client.log_batch(run_id, params=chunk)
+            for chunk in _batches(metrics, 1000):
+                mlflow_client.log_batch(run_id, metrics=chunk)
+            mlflow_client.set_terminated(run_id, "FINISHED", end_time=record.end_time or None)
+            created.append(run_id)
+    return created

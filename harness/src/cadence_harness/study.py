@@ -1,0 +1,40 @@
+"""A study: the runs of one recipe's grid, as committed in ``method_cards/runs/<recipe>.jsonl``.
+
+The method cards are written only from a study (`cadence-bench report --study NAME --cards`). Its
+runs are the records in that file whose configuration belongs to the grid of the recipe of the same
+name; any other record there (a smoke run into the same experiment, a run of an older version of
+the recipe) is left out and counted, so a card never shows numbers the recipe did not produce.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cadence_harness.recipe import RecipeError, load_recipe
+from cadence_harness.records import RunRecord, read_records, records_file
+
+__all__ = ["study_runs"]
+
+
+def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord], str]:
+    """The name of the study `study` (a shipped recipe's name or a recipe file), its runs, and a line saying
+    which records were kept."""
+    from cadence_harness.grid import expand
+
+    try:
+        recipe = load_recipe(study)
+    except RecipeError as error:
+        raise RecipeError(f"`--study` {study!r}: a study is the grid of a recipe, but: {error}") from None
+    path = records_file(records_dir, recipe.name)
+    if not path.is_file():
+        raise RecipeError(
+            f"`--study` {study!r}: no run records at {path}; `cadence-bench grid {study}` writes them there as its "
+            "runs finish (or pass --records FOLDER)"
+        )
+    runs = [r for r in read_records([path]) if r.experiment == recipe.name]
+    grid = {spec.config_hash for spec in expand(recipe)}
+    kept = [r for r in runs if r.config_hash in grid]
+    note = f"study {recipe.name}: {len(kept)} of the {len(runs)} runs in {path} belong to the grid of its recipe"
+    if len(kept) < len(runs):
+        note += f"; the other {len(runs) - len(kept)} (other settings, or an older recipe) are left out"
+    return recipe.name, kept, note

@@ -1,0 +1,254 @@
+"""The report's text: section headers that claim only what every run shares, tables, and CSV files.
+
+95% intervals: ``±`` for Student-t intervals, ``[low, high]`` for bootstrap intervals. A ratio
+or speedup is printed only with its interval: with one seed, not at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cadence_harness.stats import Interval
+from cadence_harness.tradeoff import COSTS, cyclic_checks, pareto_points, verdict
+
+if TYPE_CHECKING:
+    from cadence_harness.report import ArmSummary, Section
+
+__all__ = ["describe", "format_table", "section_markdown", "tradeoff_markdown", "write_csv", "write_tradeoff_csv"]
+
+HOW_TO_READ_RATIOS = (
+    "Time and FLOPs ratios compare runs of the same budget: the baseline's cost over the arm's (above 1: the arm's "
+    "run is cheaper), not what reaching an accuracy costs; a ratio is shown only with its interval, never for one "
+    "seed."
+)
+
+
+def _merged(summaries: Sequence[ArmSummary], key: str) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for summary in summaries:
+        total.update(summary.settings.get(key, Counter({summary.params.get(key, "None"): summary.n})))
+    return total
+
+
+def describe(summaries: Sequence[ArmSummary]) -> str:
+    """What was trained, for how long and where: a setting is stated only when all the runs share it."""
+    if not summaries:
+        return ""
+
+    def one(key: str) -> str | None:
+        values = _merged(summaries, key)
+        return next(iter(values)) if len(values) == 1 else None
+
+    model, data, subset = one("model") or "(several models)", one("data") or "(several datasets)", one("subset")
+    what = f"{model} on {data}" + (f" (first {subset} training images)" if subset not in (None, "None") else "")
+    durations = sorted(_merged(summaries, "duration"))
+    budget = one("duration")
+    batch = one("batch_size")
+    length = f"{budget}" if budget else f"budgets {', '.join(durations)}"
+    length += f" at batch {batch}" if batch else " (batch sizes differ)"
+    machines = _merged(summaries, "device_name")
+    precision = one("precision") or "several precisions"
+    if len(machines) == 1:
+        where = f"{next(iter(machines))} ({precision})"
+    else:
+        where = f"{len(machines)} machines: " + "; ".join(f"{m} ({n} runs)" for m, n in machines.most_common())
+        where += f" ({precision})"
+    parts = [what, length, where]
+    targets = {s.target for s in summaries}
+    if len(targets) == 1 and None not in targets:
+        parts.append(f"target accuracy {next(iter(targets)):.0%}")
+    return "; ".join(parts)
+
+
+def _ratio(interval: Interval | None) -> str:
+    if interval is None:
+        return "—"
+    if interval.n < 2 or interval.low is None:
+        return "— (1 seed)"
+    return interval.format(suffix="x")
+
+
+def _tflops(interval: Interval) -> str:
+    return "—" if interval.n == 0 else interval.format(scale=1e-12, digits=3)
+
+
+def _row(s: ArmSummary, with_budget: bool) -> list[str]:
+    reached = f"{s.time_to_target.format(digits=1)} ({s.reached}/{s.n})" if s.target is not None else "—"
+    return [
+        s.arm,
+        *([s.budget_label] if with_budget else []),
+        str(s.n),
+        s.accuracy.format(scale=100),
+        s.accuracy_delta.format(scale=100) if s.accuracy_delta else "—",
+        s.train_s.format(digits=1),
+        s.cpu_s.format(digits=1) if s.cpu_s.n else "—",
+        _tflops(s.flops),
+        _ratio(s.speedup),
+        _ratio(s.flops_ratio),
+        s.samples_per_s.format(digits=0),
+        reached if s.reached else ("not reached" if s.target is not None else "—"),
+        _ratio(s.speedup_to_target),
+        s.peak_memory_mb.format(digits=0),
+    ]
+
+
+def format_table(summaries: Sequence[ArmSummary]) -> str:
+    """One row per configuration (arm and, when it varies, budget); 95% intervals over seeds."""
+    with_budget = len({s.budget_label for s in summaries}) > 1
+    columns = [
+        "arm",
+        *(["budget"] if with_budget else []),
+        "seeds",
+        "accuracy %",
+        "Δ accuracy (pp)",
+        "train time (s)",
+        "CPU time (s)",
+        "TFLOPs",
+        "time ratio",
+        "FLOPs ratio",
+        "samples/s",
+        "time to target (s)",
+        "speedup to target",
+        "peak memory (MB)",
+    ]
+    rows = [columns, ["---"] * len(columns), *(_row(s, with_budget) for s in summaries)]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+# Tradeoff ------------------------------------------------------------------------------------
+HEADINGS = {"flops": "TFLOPs", "train_s": "train time (s)", "cpu_s": "CPU time (s)"}
+
+
+def _cost(value: float, unit: str) -> str:
+    return f"{value / 1e12:.3f} TFLOPs" if unit == "flops" else f"{value:.1f} s"
+
+
+def tradeoff_markdown(section: Section) -> str:
+    """Each arm's curve point by point, its speedups at matched accuracy, the verdicts, the Pareto front."""
+    units = [u for u in COSTS if any(u in c.costs for c in section.curves)]
+    head = [
+        "arm",
+        "budget",
+        "seeds",
+        "accuracy %",
+        *(HEADINGS[u] for u in units),
+        *(f"speedup ({COSTS[u]})" for u in units),
+    ]
+    lines = [
+        "### Accuracy against cost",
+        "",
+        "Every arm's curve: final accuracy at each budget (mean, 95% t-interval over seeds) and what the budget cost. "
+        "Speedup at matched accuracy: the cost the baseline's curve needs to reach the arm's accuracy (monotone, "
+        "interpolated in log cost, never extrapolated) over the arm's cost, with a paired percentile bootstrap over "
+        "seeds on the log scale.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "| " + " | ".join(["---"] * len(head)) + " |",
+    ]
+    verdicts = []
+    for curve in section.curves:
+        speedups = {u: section.speedups.get((curve.curve_hash, u), []) for u in units}
+        for j, budget in enumerate(curve.budgets):
+            costs = [
+                curve.cost_interval(u, j).format(digits=1) if u != "flops" else _tflops(curve.cost_interval(u, j))
+                for u in units
+            ]
+            shown = []
+            for u in units:
+                if curve.arm == "baseline":
+                    shown.append("(baseline)")
+                else:
+                    shown.append(speedups[u][j].format() if j < len(speedups[u]) else "— (no baseline curve)")
+            row = [curve.label, budget, str(curve.n), curve.accuracy_interval(j).format(scale=100), *costs, *shown]
+            lines.append("| " + " | ".join(row) + " |")
+        if curve.arm != "baseline":
+            verdicts.append([curve.label, *(verdict(speedups[u]) if speedups[u] else "—" for u in units)])
+    if verdicts:
+        lines += ["", "### Against the baseline's curve", "", "| arm | " + " | ".join(COSTS[u] for u in units) + " |"]
+        lines += [
+            "| " + " | ".join(["---"] * (len(units) + 1)) + " |",
+            *("| " + " | ".join(v) + " |" for v in verdicts),
+        ]
+    lines += ["", "### Pareto front over all arms", ""]
+    for unit in units:
+        front = pareto_points(section.curves, unit)
+        points = "; ".join(
+            f"{arm} at {budget} ({acc * 100:.2f}%, {_cost(cost, unit)})" for arm, budget, cost, acc in front
+        )
+        lines.append(f"- {COSTS[unit]}: {points}")
+    check = cyclic_checks(section.curves).get(section.family_hash)
+    if check is not None:
+        lines += ["", "### The cyclic curve against the sweep", "", check.format()]
+    return "\n".join(lines) + "\n"
+
+
+def section_markdown(section: Section) -> str:
+    rows = section.summaries
+    parts = [f"## {section.name}", "", describe(rows), "", format_table(rows), "", HOW_TO_READ_RATIOS, ""]
+    commands = sorted({s.command for s in rows if s.command})
+    parts += [f"Reproduce: `{command}`\n" for command in commands]
+    if section.has_tradeoff:
+        parts.append(tradeoff_markdown(section))
+    return "\n".join(parts)
+
+
+# CSV -------------------------------------------------------------------------------------------
+def write_csv(summaries: Sequence[ArmSummary], path: Path) -> None:
+    nan = Interval(float("nan"), None, None, 0)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            ["experiment", "arm", "budget", "n", "accuracy", "accuracy_low", "accuracy_high", "train_s", "cpu_s",
+             "flops", "speedup", "speedup_low", "speedup_high", "time_to_target_s", "reached", "run_ids"]
+        )  # fmt: skip
+        for s in summaries:
+            speedup = s.speedup if s.speedup is not None and s.speedup.n >= 2 else nan
+            writer.writerow(
+                [s.experiment, s.arm, s.budget_label, s.n, s.accuracy.mean, s.accuracy.low, s.accuracy.high,
+                 s.train_s.mean, s.cpu_s.mean, s.flops.mean, speedup.mean, speedup.low, speedup.high,
+                 s.time_to_target.mean, s.reached, " ".join(s.run_ids)]
+            )  # fmt: skip
+
+
+def write_tradeoff_csv(sections: Sequence[Section], path: Path) -> Path:
+    """Every curve point with its speedups at matched accuracy (empty where there is no interval)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            [
+                "experiment",
+                "arm",
+                "cyclic",
+                "budget",
+                "n",
+                "accuracy",
+                "unit",
+                "cost",
+                "speedup",
+                "low",
+                "high",
+                "beyond",
+            ]
+        )
+        for section in sections:
+            for curve in section.curves:
+                for unit in (u for u in COSTS if u in curve.costs):
+                    speedups = section.speedups.get((curve.curve_hash, unit), [])
+                    for j, budget in enumerate(curve.budgets):
+                        s = speedups[j] if j < len(speedups) else None
+                        value = s.value if s is not None and s.low is not None else None
+                        writer.writerow(
+                            [section.experiment, curve.arm, curve.cyclic, budget, curve.n, curve.accuracy[:, j].mean(),
+                             unit, curve.costs[unit][:, j].mean(), _blank(value), _blank(s.low if s else None),
+                             _blank(s.high if s else None), s.beyond if s else ""]
+                        )  # fmt: skip
+    return path
+
+
+def _blank(value: float | None) -> str | float:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else value

@@ -1,0 +1,340 @@
+"""Tradeoff curves, speedup at matched accuracy, verdicts, the Pareto front, and the cyclic check.
+
+A curve is one arm's final accuracy at each budget, against what the budget cost (training
+FLOPs, training time, process CPU time), per seed. The speedup of an arm's point is the cost the
+baseline's curve needs to reach the point's accuracy divided by the point's cost (MosaicML's
+methodology). The baseline's cost for an accuracy is read off its mean curve made monotone (at
+each cost the best accuracy reached at or below it: a longer budget that ends lower is never
+needed) and interpolated linearly in accuracy against log cost between its budgets (budgets are
+geometric). It is never extrapolated: an accuracy above the baseline's best or below its shortest
+budget is "beyond the baseline's range", and only a bound is known (the baseline would need more
+than its longest budget, or less than its shortest).
+
+The interval is a paired percentile bootstrap over seeds (an arm and its baseline share a seed's
+data order and initialisation): seeds are resampled with replacement, the same seeds for the arm
+and the baseline at every budget, and the 2.5th and 97.5th percentiles of the log speedup bound
+it, so it never crosses zero. A resample beyond the baseline's range enters with its bound on the
+side where the bound is safe, and as unbounded on the other. With n seeds there are only
+C(2n-1, n) distinct resamples (10 for n = 3): each is computed once and weighted by how often it
+was drawn. With one seed there is no interval and no speedup is reported.
+
+A point is *better* when its interval lies above 1, *worse* when it lies below 1, else *within
+noise*. An arm *dominates* the baseline when every budget is better, is *dominated* when every
+budget is worse, and *crosses* it when some budgets are better and others worse.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cadence_harness.budgets import budget_value
+from cadence_harness.records import RunRecord
+from cadence_harness.stats import Interval, log_t_interval, paired_t_difference, t_interval
+
+__all__ = [
+    "COSTS",
+    "Curve",
+    "CyclicCheck",
+    "Speedup",
+    "cost_to_reach",
+    "curves_from_records",
+    "cyclic_checks",
+    "matched_speedups",
+    "pareto_front",
+    "pareto_points",
+    "verdict",
+]
+
+COSTS = {"flops": "FLOPs", "train_s": "training time", "cpu_s": "CPU time"}  # unit -> what it is
+_FINAL = {"flops": "final/flops", "train_s": "final/train_s", "cpu_s": "final/cpu_s"}
+
+
+@dataclass
+class Curve:
+    """One arm's accuracy and costs at each of its budgets, per seed (rows: seeds, columns: budgets)."""
+
+    arm: str
+    curve_hash: str
+    baseline_curve_hash: str
+    family_hash: str
+    cyclic: bool
+    budgets: list[str]
+    seeds: list[int]
+    accuracy: np.ndarray
+    costs: dict[str, np.ndarray]
+    run_ids: list[str] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def label(self) -> str:
+        return f"{self.arm} (cyclic)" if self.cyclic else self.arm
+
+    def accuracy_interval(self, index: int) -> Interval:
+        return t_interval(self.accuracy[:, index])
+
+    def cost_interval(self, unit: str, index: int) -> Interval:
+        return log_t_interval(self.costs[unit][:, index])
+
+
+def _points(record: RunRecord) -> dict[str, tuple[float, dict[str, float]]]:
+    """budget -> (accuracy, costs) of one run: its end for a sweep run, each cycle's end for a cyclic one."""
+    if not record.cycles:
+        if "final/accuracy" not in record.metrics:
+            return {}
+        costs = {unit: record.metrics[key] for unit, key in _FINAL.items() if key in record.metrics}
+        return {record.budget: (record.metrics["final/accuracy"], costs)}
+    points = {}
+    for point in record.evals:
+        cycle = int(point.get("cycle_end", 0))
+        if 1 <= cycle <= len(record.cycles) and "accuracy" in point:
+            costs = {unit: float(point[unit]) for unit in COSTS if unit in point}
+            points[record.cycles[cycle - 1]] = (float(point["accuracy"]), costs)
+    return points
+
+
+def curves_from_records(records: Sequence[RunRecord]) -> list[Curve]:
+    """The curves of `records` (one per curve hash), each over the seeds it has at every one of its budgets."""
+    grouped: dict[str, list[RunRecord]] = defaultdict(list)
+    for record in records:
+        grouped[record.curve_hash].append(record)
+    curves = []
+    for curve_hash, runs in grouped.items():
+        table: dict[str, dict[int, tuple[float, dict[str, float]]]] = defaultdict(dict)
+        for run in runs:
+            for budget, point in _points(run).items():
+                table[budget][run.seed] = point
+        budgets = sorted(table, key=budget_value)
+        while budgets and not set.intersection(*(set(table[b]) for b in budgets)):
+            budgets.pop()  # a partial grid: keep the budgets some seed has completed
+        if not budgets:
+            continue
+        seeds = sorted(set.intersection(*(set(table[b]) for b in budgets)))
+        units = [u for u in COSTS if all(u in table[b][s][1] for b in budgets for s in seeds)]
+        first = runs[0]
+        curves.append(
+            Curve(
+                arm=first.arm,
+                curve_hash=curve_hash,
+                baseline_curve_hash=first.baseline_curve_hash,
+                family_hash=first.family_hash,
+                cyclic=bool(first.cycles),
+                budgets=budgets,
+                seeds=seeds,
+                accuracy=np.array([[table[b][s][0] for b in budgets] for s in seeds], dtype=float),
+                costs={u: np.array([[table[b][s][1][u] for b in budgets] for s in seeds], dtype=float) for u in units},
+                run_ids=sorted(r.run_id for r in runs),
+            )
+        )
+    return sorted(curves, key=lambda c: (c.arm != "baseline", c.cyclic, c.arm.count("+"), c.arm, c.curve_hash))
+
+
+# Reading the baseline's curve -------------------------------------------------------------
+def cost_to_reach(costs: Sequence[float], accuracies: Sequence[float], target: float) -> tuple[float | None, str]:
+    """The cost a curve needs to reach `target`: ``(cost, "")``, or ``(None, "above" | "below")`` beyond its range.
+
+    The curve is made monotone (the best accuracy at or below each cost) and interpolated
+    linearly in accuracy against log cost; nothing is extrapolated.
+    """
+    order = np.argsort(costs, kind="stable")
+    cost = np.asarray(costs, dtype=float)[order]
+    best = np.maximum.accumulate(np.asarray(accuracies, dtype=float)[order])
+    if target > best[-1]:
+        return None, "above"
+    if target < best[0]:
+        return None, "below"
+    j = int(np.argmax(best >= target))
+    if j == 0 or best[j] == target:
+        return float(cost[j]), ""
+    share = (target - best[j - 1]) / (best[j] - best[j - 1])
+    return float(math.exp(math.log(cost[j - 1]) + share * (math.log(cost[j]) - math.log(cost[j - 1])))), ""
+
+
+def _log_speedup(base_cost: np.ndarray, base_acc: np.ndarray, accuracy: float, cost: float) -> tuple[float, float]:
+    """(safe low, safe high) of log(speedup): equal inside the baseline's range; a bound and an open side beyond."""
+    needed, beyond = cost_to_reach(base_cost, base_acc, accuracy)
+    if needed is not None:
+        value = math.log(needed / cost)
+        return value, value
+    if beyond == "above":  # the baseline needs more than its longest budget
+        return math.log(float(np.max(base_cost)) / cost), math.inf
+    return -math.inf, math.log(float(np.min(base_cost)) / cost)  # less than its shortest
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """Speedup at matched accuracy of one budget of an arm, in one cost unit."""
+
+    arm: str
+    budget: str
+    unit: str
+    n: int
+    value: float | None  # None: beyond the baseline's range (or one seed)
+    beyond: str = ""  # "above" (more accurate than the baseline's best) or "below" (less than its shortest budget)
+    low: float | None = None  # may be 0 or inf: a side the baseline's range leaves open
+    high: float | None = None
+
+    @property
+    def verdict(self) -> str:
+        if self.low is None or self.high is None:
+            return "unknown"
+        if self.low > 1:
+            return "better"
+        if self.high < 1:
+            return "worse"
+        return "within noise"
+
+    def format(self) -> str:
+        if self.n < 2 or self.low is None or self.high is None:
+            return f"— ({self.n} seed{'s' if self.n != 1 else ''}: no interval)"
+        ends = [_number(self.low), _number(self.high)]
+        if self.value is None:
+            side = "above its best" if self.beyond == "above" else "below its shortest budget"
+            return f"beyond the baseline's range ({side}) [{ends[0]}, {ends[1]}]"
+        return f"{self.value:.2f}x [{ends[0]}, {ends[1]}]"
+
+
+def _number(value: float) -> str:
+    return "beyond range" if value in (0.0, math.inf) else f"{value:.2f}"
+
+
+def _resamples(n: int, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct seed resamples of `resamples` draws (as sorted index rows) and how often each was drawn."""
+    draws = np.sort(np.random.default_rng(seed).integers(0, n, size=(resamples, n)), axis=1)
+    rows, counts = np.unique(draws, axis=0, return_counts=True)
+    return rows, counts
+
+
+def _percentile(values: Sequence[float], counts: np.ndarray, q: float) -> float:
+    """The `q` quantile of `values` drawn `counts` times; an unbounded side (±inf) stays unbounded."""
+    far = 1e9  # a stand-in for infinity that interpolation cannot turn into NaN
+    value = float(np.quantile(np.repeat(np.clip(values, -far, far), counts), q))
+    return math.copysign(math.inf, value) if abs(value) > far / 10 else value
+
+
+def matched_speedups(
+    arm: Curve, base: Curve, unit: str, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> list[Speedup]:
+    """For each budget of `arm`: the baseline's cost to reach its accuracy / its cost, with a bootstrap interval."""
+    seeds = sorted(set(arm.seeds) & set(base.seeds))
+    if unit not in arm.costs or unit not in base.costs or not seeds:
+        return []
+    pick_a = [arm.seeds.index(s) for s in seeds]
+    pick_b = [base.seeds.index(s) for s in seeds]
+    a_acc, a_cost = arm.accuracy[pick_a], arm.costs[unit][pick_a]
+    b_acc, b_cost = base.accuracy[pick_b], base.costs[unit][pick_b]
+    n = len(seeds)
+    rows, counts = _resamples(n, resamples, seed) if n >= 2 else (np.empty((0, n), int), np.empty(0, int))
+    alpha = (1 - confidence) / 2
+    speedups = []
+    for j, budget in enumerate(arm.budgets):
+        needed, beyond = cost_to_reach(b_cost.mean(0), b_acc.mean(0), float(a_acc[:, j].mean()))
+        value = needed / float(a_cost[:, j].mean()) if needed is not None else None
+        if n < 2:
+            speedups.append(Speedup(arm.arm, budget, unit, n, None, beyond))
+            continue
+        lows, highs = zip(
+            *(
+                _log_speedup(b_cost[r].mean(0), b_acc[r].mean(0), float(a_acc[r, j].mean()), float(a_cost[r, j].mean()))
+                for r in rows
+            )
+        )
+        low, high = _percentile(lows, counts, alpha), _percentile(highs, counts, 1 - alpha)
+        speedups.append(Speedup(arm.arm, budget, unit, n, value, beyond, math.exp(low), math.exp(high)))
+    return speedups
+
+
+def verdict(speedups: Sequence[Speedup]) -> str:
+    """dominates / dominated / crosses / within noise, with the budgets behind it."""
+    judged = [s for s in speedups if s.verdict != "unknown"]
+    if not judged:
+        return "— (needs 2 seeds)"
+    better = [s.budget for s in judged if s.verdict == "better"]
+    worse = [s.budget for s in judged if s.verdict == "worse"]
+    total = len(judged)
+    if better and worse:
+        return f"crosses (better at {', '.join(better)}; worse at {', '.join(worse)})"
+    if len(better) == total:
+        return f"dominates (better at all {total} budgets)"
+    if len(worse) == total:
+        return f"dominated (worse at all {total} budgets)"
+    if better:
+        return f"better at {', '.join(better)}; within noise at the other {total - len(better)}"
+    if worse:
+        return f"worse at {', '.join(worse)}; within noise at the other {total - len(worse)}"
+    return f"within noise (all {total} budgets)"
+
+
+# The Pareto front --------------------------------------------------------------------------
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both cost (lower) and accuracy (higher), by cost."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front, best = [], -math.inf
+    for i in order:
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def pareto_points(curves: Sequence[Curve], unit: str) -> list[tuple[str, str, float, float]]:
+    """(arm, budget, mean cost, mean accuracy) of every point on the front over all arms' curves."""
+    points = [
+        (curve.label, budget, float(curve.costs[unit][:, j].mean()), float(curve.accuracy[:, j].mean()))
+        for curve in curves
+        if unit in curve.costs
+        for j, budget in enumerate(curve.budgets)
+    ]
+    return [points[i] for i in pareto_front([(p[2], p[3]) for p in points])]
+
+
+# The cyclic curve against the sweep ---------------------------------------------------------
+@dataclass
+class CyclicCheck:
+    """How far the baseline's cyclic curve is from its sweep, budget by budget (paired by seed)."""
+
+    budgets: list[str]
+    differences: list[Interval]  # cyclic - sweep accuracy
+    sweep_spread: list[Interval]  # the sweep's own accuracy, for scale
+
+    def format(self) -> str:
+        if not self.budgets:
+            return "no budget has both a cyclic and a sweep run of the same seed"
+        parts = [f"{b}: {d.format(scale=100)} pp" for b, d in zip(self.budgets, self.differences)]
+        sizes = [abs(d.mean) * 100 for d in self.differences]
+        worst = int(np.argmax(sizes))
+        within = sum(1 for d in self.differences if d.low is not None and d.high is not None and d.low <= 0 <= d.high)
+        return (
+            f"cyclic - sweep accuracy on the baseline (n={self.differences[0].n}): {'; '.join(parts)}. "
+            f"Mean |Δ| {np.mean(sizes):.2f} pp, largest {sizes[worst]:.2f} pp at {self.budgets[worst]}; "
+            f"{within} of {len(self.budgets)} intervals contain 0."
+        )
+
+
+def cyclic_checks(curves: Sequence[Curve]) -> dict[str, CyclicCheck]:
+    """For each family with a baseline curve both ways: the cyclic curve against the sweep."""
+    checks = {}
+    for cyclic in (c for c in curves if c.cyclic and c.arm == "baseline"):
+        sweep = next(
+            (c for c in curves if not c.cyclic and c.arm == "baseline" and c.family_hash == cyclic.family_hash), None
+        )
+        if sweep is None:
+            continue
+        budgets, differences, spreads = [], [], []
+        seeds = sorted(set(cyclic.seeds) & set(sweep.seeds))
+        for budget in (b for b in cyclic.budgets if b in sweep.budgets):
+            a = cyclic.accuracy[[cyclic.seeds.index(s) for s in seeds], cyclic.budgets.index(budget)]
+            b = sweep.accuracy[[sweep.seeds.index(s) for s in seeds], sweep.budgets.index(budget)]
+            if seeds:
+                budgets.append(budget)
+                differences.append(paired_t_difference(list(a), list(b)))
+                spreads.append(t_interval(list(b)))
+        checks[cyclic.family_hash] = CyclicCheck(budgets, differences, spreads)
+    return checks

@@ -1,0 +1,100 @@
+"""Costs that do not depend on a busy machine: training FLOPs counted once per distinct piece of work (checked
+by hand on a Linear layer), process CPU time, and a whole run through the harness (cyclic, evaluations at
+each cycle's end carrying the costs spent up to them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from mlflow.tracking import MlflowClient
+from torch.utils.data import DataLoader, TensorDataset
+
+from cadence import Algorithm, Classifier, Event, Trainer
+from cadence_harness.flops import FlopCounter
+from cadence_harness.grid import expand
+from cadence_harness.records import load_mlflow_records
+from cadence_harness.run import execute
+from cadence_harness.runspec import RunSpec
+
+IN, OUT, BATCH = 6, 5, 8
+
+
+def linear_flops(samples: int, backward: bool = True) -> int:
+    """A Linear layer on `samples` inputs that need no gradient: forward 2·N·in·out, the weight's gradient as much."""
+    return 2 * samples * IN * OUT * (2 if backward else 1)
+
+
+class ScoreAndHalve(Algorithm):
+    """On odd batches, as selective backprop does: one no-grad forward over the whole batch, then keep half."""
+
+    events = (Event.AFTER_DATALOADER,)
+
+    def match(self, event: Event, state: Any) -> bool:
+        return event is Event.AFTER_DATALOADER and state.timestamp.batch % 2 == 1
+
+    def apply(self, event: Event, state: Any, logger: Any) -> None:
+        images, labels = state.batch
+        with torch.no_grad():
+            state.model((images, labels))
+        state.batch = (images[: len(images) // 2], labels[: len(labels) // 2])
+
+
+def train(batches: int, algorithms: list[Algorithm] = (), microbatch: int | None = None) -> FlopCounter:
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(4 * BATCH, IN), torch.randint(0, OUT, (4 * BATCH,)))
+    model = Classifier(torch.nn.Linear(IN, OUT), OUT)
+    counter = FlopCounter()
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=BATCH),
+        eval_dataloader=DataLoader(data, batch_size=BATCH),
+        eval_interval="1ba",  # evaluations run forwards too: they must not count
+        max_duration=f"{batches}ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        algorithms=list(algorithms),
+        callbacks=[counter],
+        device_train_microbatch_size=microbatch,
+        progress_bar=False,
+        seed=0,
+    )
+    trainer.fit()
+    trainer.close()
+    return counter
+
+
+def test_flops_of_a_linear_layer_match_the_count_by_hand() -> None:
+    counter = train(batches=3)
+    assert counter.total == 3 * linear_flops(BATCH)
+    assert counter.summary() == {"final/flops": 3 * linear_flops(BATCH), "final/flop_shapes": 1.0}  # counted once
+    microbatched = train(batches=3, microbatch=BATCH // 2)
+    assert microbatched.total == 3 * linear_flops(BATCH) and sum(microbatched.counts.values()) == 6
+
+
+def test_work_that_changes_shape_is_counted_as_what_ran() -> None:
+    counter = train(batches=4, algorithms=[ScoreAndHalve()])
+    full, halved = 2, 2  # batches 0 and 2 train on 8 samples; 1 and 3 score 8, then train on 4
+    expected = full * linear_flops(BATCH) + halved * (linear_flops(BATCH, backward=False) + linear_flops(BATCH // 2))
+    assert counter.total == expected
+    assert len(counter.flops) == 3  # three distinct pieces of work, each measured once: step of 8, step of 4, scoring
+
+
+def test_a_cyclic_run_records_its_costs_at_each_cycle_end(tiny_recipe: Any, tracking_uri: str) -> None:
+    recipe = tiny_recipe(
+        durations=["1ba", "2ba"],
+        duration="2ba",
+        curve="cyclic",
+        eval_interval="1ep",  # 2 batches per epoch here: the cycle ends add the evaluation after batch 1
+        schedule={"name": "cosine_warmup", "t_warmup": "0.5dur"},
+    )
+    spec = expand(recipe)[0]
+    assert spec.cycles == ("1ba", "2ba")
+    result = execute(spec, tracking_uri=tracking_uri, progress_bar=False)
+    (record,) = load_mlflow_records(MlflowClient(tracking_uri), ["tiny"])
+    assert [point["cycle_end"] for point in record.evals] == [1.0, 2.0]  # one evaluation at each cycle's end
+    first, last = record.evals
+    assert last["flops"] == 2 * first["flops"] == result.metrics["final/flops"] > 0  # same shape both batches
+    assert 0 < first["cpu_s"] <= last["cpu_s"] <= result.metrics["final/cpu_s"]  # the end of fit() comes after
+    assert first["train_s"] <= last["train_s"] <= result.metrics["final/train_s"]
+    assert record.tag("curve") == "cyclic" and record.cycles == ("1ba", "2ba") and record.tag("budget") == "2ba"
+    assert RunSpec.from_json(spec.to_json()) == spec

@@ -1,0 +1,140 @@
+"""Results that live in the repository: runs exported to one sorted JSON line each, reports built from
+those files alone, a fresh MLflow store filled from them, and a grid that skips what they hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from cadence_harness import grid as grid_module
+from cadence_harness import report as report_module
+from cadence_harness.grid import expand, run_grid
+from cadence_harness.recipe import Recipe
+from cadence_harness.records import export_runs, import_records, read_records
+from cadence_harness.report import build_report
+from cadence_harness.tracking import finished_config_hashes
+
+STUDY = Recipe(
+    name="sweep",
+    model="tv/resnet20",
+    data="digits",
+    duration="4ep",
+    durations=("1ep", "2ep", "4ep"),
+    schedule={"name": "cosine"},
+    seeds=(0, 1, 2),
+    methods={"fast": {}},
+    grid={"arms": ["baseline", "each"]},
+)
+# (accuracy, cost) by arm and budget; seeds add 0, +0.01, -0.01 to the accuracy and 0, 5, 10 % to the cost
+KNOWN = {
+    ("baseline", "1ep"): (0.60, 10.0),
+    ("baseline", "2ep"): (0.70, 20.0),
+    ("baseline", "4ep"): (0.75, 40.0),
+    ("fast", "1ep"): (0.70, 10.0),
+    ("fast", "2ep"): (0.74, 20.0),
+    ("fast", "4ep"): (0.78, 40.0),
+}
+
+
+def log_study(uri: str, log_run: Any) -> None:
+    for spec in expand(STUDY):
+        accuracy, cost = KNOWN[(spec.arm_name, spec.recipe.duration)]
+        log_run(uri, spec, accuracy + (0, 0.01, -0.01)[spec.seed], cost * (1 + 0.05 * spec.seed))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, run_logger: Any) -> tuple[str, Path]:
+    folder = tmp_path_factory.mktemp("records")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    log_study(uri, run_logger)
+    return uri, folder
+
+
+def test_every_finished_run_becomes_one_sorted_line(store: tuple[str, Path], tmp_path: Path) -> None:
+    uri, _ = store
+    path = tmp_path / "runs" / "sweep.jsonl"
+    added = export_runs(uri, "sweep", path)
+    lines = path.read_text().splitlines()
+    assert len(added) == len(lines) == 18
+    for line in lines:
+        record = json.loads(line)
+        assert line == json.dumps(record, sort_keys=True, separators=(",", ":"))  # stable: a rerun writes the same
+        assert {"params", "evals", "final", "machine", "versions", "mlflow_run_id", "config_hash", "tags"} <= set(
+            record
+        )
+        assert record["machine"] == {"cpu_threads": "2", "device_name": "test cpu", "python": "3.11"}
+        assert record["versions"] == {"git_sha": "abc", "versions.torch": "2.x"}
+        assert {"train_s", "cpu_s", "flops", "accuracy"} <= set(record["final"])
+        assert [e["step"] for e in record["evals"]] == [5, 10] and {"flops", "cpu_s"} <= set(record["evals"][0])
+    assert export_runs(uri, "sweep", path) == [] and path.read_text().splitlines() == lines  # nothing twice
+
+
+def test_a_report_from_the_records_alone_equals_the_report_from_mlflow(
+    store: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, _ = store
+    export_runs(uri, "sweep", tmp_path / "runs" / "sweep.jsonl")
+    from_mlflow = build_report(["sweep"], tracking_uri=uri, out_dir=tmp_path / "a")
+
+    def no_mlflow(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a report from records must not touch MLflow")
+
+    monkeypatch.setattr(report_module, "client", no_mlflow)
+    from_records = build_report(records=[tmp_path / "runs"], out_dir=tmp_path / "b")
+    assert from_records.markdown == from_mlflow.markdown
+    names = sorted(p.name for p in from_records.files)
+    assert names == [
+        "report.md",
+        "summary.csv",
+        "sweep-curves.png",
+        "sweep-pareto.png",
+        "sweep-tradeoff.png",
+        "tradeoff.csv",
+    ]
+    assert "### Accuracy against cost" in from_records.markdown
+    assert "| fast | 1ep | 3 |" in from_records.markdown
+    assert "better at 1ep, 2ep; within noise at the other 1" in from_records.markdown  # 4ep: beyond its best, >= 1x
+
+
+def test_a_fresh_store_is_filled_from_the_records_and_a_grid_skips_them(
+    store: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, _ = store
+    records = tmp_path / "runs"
+    export_runs(uri, "sweep", records / "sweep.jsonl")
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    created = import_records(fresh, records / "sweep.jsonl")
+    assert len(created) == 18 and import_records(fresh, records / "sweep.jsonl") == []
+    assert set(finished_config_hashes(fresh, "sweep")) == {spec.config_hash for spec in expand(STUDY)}
+    assert export_runs(fresh, "sweep", records / "sweep.jsonl") == []  # imported runs keep their original ids
+    assert (
+        build_report(["sweep"], tracking_uri=fresh, out_dir=tmp_path / "c").markdown
+        == build_report(records=[records], out_dir=tmp_path / "d").markdown
+    )
+
+    def must_not_run(spec: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"{spec.run_name} is in the records: it must be skipped")
+
+    monkeypatch.setattr(grid_module, "check_arms", lambda *args, **kwargs: None)
+    monkeypatch.setattr(grid_module, "run_one_in_subprocess", must_not_run)
+    another = f"sqlite:///{tmp_path / 'another.db'}"  # a new machine: an empty store and the committed records
+    result = run_grid(STUDY, tracking_uri=another, records_dir=records, progress=False, log_dir=tmp_path)
+    assert len(result.skipped) == 18 and not result.finished and not result.failed
+    client = MlflowClient(another)
+    (run, *_) = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
+    assert run.data.tags["cadence.imported_from"] == "sweep.jsonl" and run.info.status == "FINISHED"
+
+
+def test_runs_read_from_two_machines_files_count_once(store: tuple[str, Path], tmp_path: Path) -> None:
+    uri, _ = store
+    export_runs(uri, "sweep", tmp_path / "a" / "sweep.jsonl")
+    export_runs(uri, "sweep", tmp_path / "b" / "sweep.jsonl")
+    assert len(read_records([tmp_path / "a", tmp_path / "b"])) == 18
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: not a run record"):
+        read_records([bad])

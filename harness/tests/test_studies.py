@@ -1,0 +1,125 @@
+"""A report never mixes or overwrites studies: configurations are never pooled, headers claim only what all
+their runs share, one seed gives no speedup, cards come only from a named study's committed records, and
+`--methods` keeps the recipe's combinations of other methods out of the grid."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cadence_harness.cards import MARK_END, MARK_START
+from cadence_harness.cli import main
+from cadence_harness.grid import expand
+from cadence_harness.recipe import Recipe, load_recipe
+from cadence_harness.records import export_runs
+from cadence_harness.report import build_report
+from cadence_harness.runspec import RunSpec
+
+GRID = Recipe(name="mixed", model="tv/resnet20", data="digits", duration="5ep", subset=5000, seeds=(0, 1, 2))
+
+
+def test_configurations_are_never_pooled_and_headers_claim_only_what_all_runs_share(
+    tracking_uri: str, run_logger: Any, tmp_path: Path
+) -> None:
+    for seed in GRID.seeds:  # the grid: 3 seeds of the baseline and of `fast`
+        run_logger(tracking_uri, RunSpec(GRID, (), seed), 0.80 + seed / 100, 10.0 + seed)
+        run_logger(tracking_uri, RunSpec(GRID, ("fast",), seed), 0.82 + seed / 100, 8.0 + seed)
+    run_logger(tracking_uri, RunSpec(GRID, ("fast",), 2), 0.90, 10.0, params={"device_name": "other cpu"})  # again
+    smoke = dataclasses.replace(GRID, subset=200, duration="1ep")  # a smaller run into the same experiment, later
+    for _ in range(2):  # run twice: one configuration, never two seeds
+        run_logger(tracking_uri, RunSpec(smoke, (), 0), 0.40, 1.0, command="cadence-bench run --subset 200")
+    run_logger(tracking_uri, RunSpec(smoke, ("fast",), 0), 0.41, 0.3, command="cadence-bench run --subset 200")
+
+    report = build_report(["mixed"], tracking_uri=tracking_uri, out_dir=tmp_path / "report")
+    small, grid = sorted(report.sections, key=lambda s: s.name)
+    assert small.name == "mixed (subset 200)" and grid.name == "mixed (subset 5000)"
+    assert [(s.arm, s.n) for s in small.summaries] == [("baseline", 1), ("fast", 1)]
+    assert [(s.arm, s.n) for s in grid.summaries] == [("baseline", 3), ("fast", 3)]
+    text = report.markdown
+    small_text = text[text.index("## mixed (subset 200)") : text.index("## mixed (subset 5000)")]
+    grid_text = text[text.index("## mixed (subset 5000)") :]
+    assert "first 200 training images); 1ep at batch 32; test cpu (fp32)" in small_text
+    assert (
+        "first 5000 training images); 5ep at batch 32; 2 machines: test cpu (5 runs); other cpu (1 runs)" in grid_text
+    )
+    assert "5000" not in small_text and "other cpu" not in small_text
+    assert "| fast | 1 |" in small_text and "— (1 seed)" in small_text and "x [" not in small_text  # no speedup
+    fast = grid.summaries[1]
+    assert fast.accuracy.mean == pytest.approx((0.82 + 0.83 + 0.90) / 3)  # seed 2 counts once: its newer run
+    assert sorted(p.name for p in report.files if p.suffix == ".png") == sorted(
+        f"mixed-{s.family_hash[:8]}-{kind}.png" for s in report.sections for kind in ("pareto", "curves")
+    )
+
+
+def _study(tmp_path: Path, tiny_recipe_file: Any) -> tuple[str, Recipe]:
+    path = tiny_recipe_file(seeds=3, methods={"count": {}}, grid={"arms": ["baseline", "each"]})
+    return path, load_recipe(path)
+
+
+def test_cards_are_written_only_from_a_named_studys_records(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    tracking_uri: str,
+    run_logger: Any,
+    counted: list[int],
+    tiny_recipe_file: Any,
+) -> None:
+    assert main(["report", "--cards", "--tracking-uri", tracking_uri]) == 2
+    assert (
+        "`--cards` writes the method cards only from a named study's committed run records" in capsys.readouterr().err
+    )
+
+    path, recipe = _study(tmp_path, tiny_recipe_file)
+    records = tmp_path / "runs"
+    assert main(["report", "--study", path, "--records", str(records)]) == 2
+    assert f"no run records at {records / 'tiny.jsonl'}" in capsys.readouterr().err
+    for spec in expand(recipe):
+        run_logger(tracking_uri, spec, 0.5 + 0.1 * len(spec.arm) + spec.seed / 100, 10.0 + spec.seed)
+    smoke = dataclasses.replace(recipe, subset=4)  # smoke runs in the same experiment: never in a card
+    run_logger(tracking_uri, RunSpec(smoke, ("count",), 0), 0.99, 1.0)
+    run_logger(tracking_uri, RunSpec(smoke, (), 0), 0.10, 1.0)
+    export_runs(tracking_uri, "tiny", records / "tiny.jsonl")
+
+    root = tmp_path / "repo" / "packages" / "methods"
+    for name in ("count", "other"):
+        (root / name).mkdir(parents=True)
+        (root / name / "card.md").write_text(
+            f"---\nname: {name}\n---\n# {name}\n{MARK_START}\nold results\n{MARK_END}\n"
+        )
+    index = tmp_path / "repo" / "method_cards" / "INDEX.md"
+    argv = ["report", "--study", path, "--records", str(records), "--cards", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--methods-root", str(root), "--index", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert "study tiny: 6 of the 8 runs in" in out and "the other 2 (other settings, or an older recipe)" in out
+    card = (root / "count" / "card.md").read_text()
+    assert "| count | 3 | 61.00" in card and "0.99" not in card and "99.00" not in card and "old results" not in card
+    assert "`cadence-bench report --study tiny --cards`" in card
+    other = (root / "other" / "card.md").read_text()
+    assert "Not measured in the study `tiny`" in other and "old results" not in other
+    assert "the study `tiny` (method_cards/runs/tiny.jsonl)" in index.read_text()
+
+
+def test_methods_on_the_command_line_keep_other_combinations_out(
+    capsys: pytest.CaptureFixture[str], image_methods: list[str]
+) -> None:
+    first = image_methods[0]
+    assert main(["grid", "cifar10_resnet20", "--methods", first, "--arms", "baseline,each", "--dry-run"]) == 0
+    arms = {line.split()[0].rsplit("-s", 1)[0] for line in capsys.readouterr().out.splitlines()[:-1]}
+    assert arms == {"baseline", first}  # the recipe's label_smoothing+cutout uses a method not asked for
+    both = "label_smoothing,cutout"
+    assert main(["grid", "cifar10_resnet20", "--methods", both, "--arms", "each", "--dry-run"]) == 0
+    arms = {line.split()[0].rsplit("-s", 1)[0] for line in capsys.readouterr().out.splitlines()[:-1]}
+    assert arms == {"label_smoothing", "cutout", "label_smoothing+cutout"}
+
+
+def test_a_grid_estimate_counts_flops_per_run(capsys: pytest.CaptureFixture[str], tiny_recipe_file: Any) -> None:
+    sweep = tiny_recipe_file(durations=["1ba", "2ba"], duration="2ba", schedule={"name": "cosine"}, seeds=2)
+    assert main(["grid", sweep, "--estimate", "--rate", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "baseline-1ba-s0" in out and "4 runs" in out and "estimate for 4 runs:" in out
+    assert "training: 6 batches" in out and "throughput: 100.0 GFLOP/s (given with --rate)" in out
+    flops = float(out.split("batches, ")[1].split(" FLOPs")[0])
+    assert flops == pytest.approx(6 * 4 * 244e6, rel=0.05)  # ResNet-20: about 244 MFLOPs a 32x32 image, fwd+bwd
