@@ -105,6 +105,10 @@ def test_the_cyclic_schedule_is_the_recipe_schedule_fitted_to_each_cycle() -> No
         assert all(a > b for a, b in zip(values[start : end - 1], values[start + 1 : end])) and values[end - 1] < 0.07
     assert values[32] == 0.0
     assert values[12] == pytest.approx(0.5 * (1 + math.cos(math.pi * 4 / 8)))
+    with pytest.raises(ValueError, match=r"cycle_ends=\[\]: give where each cycle ends"):
+        CyclicScheduler([])
+    with pytest.raises(ValueError, match="needs a decaying schedule, not 'constant'"):
+        CyclicScheduler(["8ba"], name="constant")
 
 
 # Grids are interleaved ----------------------------------------------------------------------

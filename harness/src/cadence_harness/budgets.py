@@ -178,6 +178,8 @@ class CyclicScheduler(Scheduler):
     """
 
     def __init__(self, cycle_ends: Sequence[str], name: str = "cosine", **kwargs: Any):
+        if not cycle_ends:
+            raise ValueError(f"cycle_ends={list(cycle_ends)!r}: give where each cycle ends, e.g. ['2ep', '4ep', '8ep']")
         self.cycle_ends = [Time.from_input(end) for end in cycle_ends]
         first = SCHEDULES[name]
         if first is None:
@@ -192,14 +194,12 @@ class CyclicScheduler(Scheduler):
         return [state.to_batches(end) for end in self.cycle_ends]
 
     def __call__(self, state: State, ssr: float = 1.0) -> float:
-        batch, start = state.timestamp.batch, 0
+        batch = state.timestamp.batch
         ends = self.bounds(state)
-        for index, end in enumerate(ends):
-            if batch < end or index == len(ends) - 1:
-                clock = _CycleClock(batch - start, max(end - start, 1))
-                return (self.first if index == 0 else self.later)(clock, ssr)  # type: ignore[arg-type]
-            start = end
-        raise AssertionError("unreachable")
+        index = next((i for i, end in enumerate(ends) if batch < end), len(ends) - 1)  # past the end: the last
+        start = ends[index - 1] if index else 0
+        clock = _CycleClock(batch - start, max(ends[index] - start, 1))
+        return (self.first if index == 0 else self.later)(clock, ssr)  # type: ignore[arg-type]
 
 
 def build_schedulers(recipe: Recipe) -> list[Scheduler]:

@@ -7,6 +7,7 @@ its value. A recipe looks like::
     model = "tv/resnet20"
     data = "fashion_mnist"
     duration = "10ep"                   # or a sweep of budgets: durations = ["2ep", "4ep", "8ep"]
+    # curve = "cyclic"                  # with durations: one run per arm and seed (see `budgets`)
     batch_size = 128
     seeds = 3
     target_accuracy = 0.90
@@ -14,6 +15,10 @@ its value. A recipe looks like::
     [optimizer]
     name = "sgd"
     lr = 0.1
+
+    [schedule]                          # with durations, every time is a fraction of the run
+    name = "cosine_warmup"
+    t_warmup = "0.1dur"
 
     [methods.mixup]                     # hyperparameters of each method the grid uses
     alpha = 0.2

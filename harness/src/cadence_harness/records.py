@@ -49,6 +49,7 @@ EVAL_KEYS = {  # the per-evaluation metrics a record keeps, by their short name
     "cycle_end": "curve/cycle_end",
 }
 MACHINE_PARAMS = ("device_name", "cpu_threads", "python", "cuda_driver")
+_IMPORT_TAGS = (f"{TAG}record_run_id", f"{TAG}imported_from")  # where an imported copy came from: not the run's
 
 
 class RecordError(ValueError):
@@ -136,7 +137,7 @@ class RunRecord:
             "seed": self.seed,
             "config_hash": self.config_hash,
             "end_time": self.end_time,
-            "tags": {k: v for k, v in self.tags.items() if k.startswith(TAG) and k != f"{TAG}record_run_id"},
+            "tags": {k: v for k, v in self.tags.items() if k.startswith(TAG) and k not in _IMPORT_TAGS},
             "params": params,
             "machine": machine,
             "versions": versions,

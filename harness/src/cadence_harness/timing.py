@@ -8,8 +8,9 @@ reads its metrics back) and at the end; on CPU it uses ``time.perf_counter``.
 
 Beside wall-clock, the same segments accumulate the process's CPU time (``time.process_time``:
 every thread of this process, user and system). On a shared machine another process slows the
-clock but not this process's CPU time, so ``final/cpu_s`` is the steadier cost on CPU (DataLoader
-worker processes are not included; the default tensor loader has none).
+clock but not this process's CPU time, so ``final/cpu_s`` is the steadier cost on CPU, though not
+immune: torch's OpenMP threads can spin while they wait for a descheduled sibling, and spinning is CPU
+time. DataLoader worker processes are not included (the default tensor loader has none).
 """
 
 from __future__ import annotations
