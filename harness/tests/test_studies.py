@@ -91,7 +91,11 @@ def test_cards_are_written_only_from_a_named_studys_records(
         )
     index = tmp_path / "repo" / "method_cards" / "INDEX.md"
     argv = ["report", "--study", path, "--records", str(records), "--cards", "--out", str(tmp_path / "out")]
-    assert main([*argv, "--methods-root", str(root), "--index", str(index)]) == 0
+    argv += ["--methods-root", str(root), "--index", str(index)]
+    assert main([*argv, "--min-seeds", "4"]) == 2  # a study without enough seeds changes no card
+    assert "no arm of its runs has 4 seeds (--min-seeds)" in capsys.readouterr().err
+    assert "old results" in (root / "other" / "card.md").read_text() and not index.exists()
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert "study tiny: 6 of the 8 runs in" in out and "the other 2 (other settings, or an older recipe)" in out
     card = (root / "count" / "card.md").read_text()

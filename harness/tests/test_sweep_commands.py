@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cadence_harness import grid as grid_module
+from cadence_harness.cards import MARK_END, MARK_START
 from cadence_harness.cli import main
 from cadence_harness.run import execute
 
@@ -81,6 +82,16 @@ def test_a_study_from_grid_to_report_to_a_cyclic_curve_and_to_a_second_machine(
     assert in_process == [] and "imported 12 finished runs" in capsys.readouterr().out
     assert len(lines(records / "tiny.jsonl")) == 12  # nothing written twice
 
-    assert main(["report", "--study", recipe, "--records", str(records), "--out", str(out)]) == 0
+    root, index = tmp_path / "repo" / "packages" / "methods", tmp_path / "repo" / "method_cards" / "INDEX.md"
+    for name in (method, "other"):
+        (root / name).mkdir(parents=True)
+        (root / name / "card.md").write_text(f"---\nname: {name}\n---\n{MARK_START}\nold\n{MARK_END}\n")
+    study = ["report", "--study", recipe, "--records", str(records), "--out", str(out), "--cards", "--min-seeds", "2"]
+    assert main([*study, "--methods-root", str(root), "--index", str(index)]) == 0
     text = capsys.readouterr().out  # the study is the recipe's own grid: its sweep, not the cyclic runs
     assert "study tiny: 8 of the 12 runs" in text and "(cyclic)" not in text
+    card = (root / method / "card.md").read_text()
+    assert "#### Accuracy against cost" in card and f"tiny-tradeoff-{method}.png" in card and "(cyclic)" not in card
+    assert "Not measured in the study `tiny`" in (root / "other" / "card.md").read_text()  # nor a baseline-only plot
+    assert sorted(p.name for p in index.parent.glob("tiny-tradeoff-*.png")) == [f"tiny-tradeoff-{method}.png"]
+    assert "tiny: verdict" in index.read_text() and "Pareto front (FLOPs)" in index.read_text()
