@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Algorithm, Classifier, Event, Trainer
+from cadence.registry import registry
 from cadence_harness.flops import FlopCounter
 from cadence_harness.grid import expand
 from cadence_harness.records import load_mlflow_records
@@ -77,6 +79,13 @@ def test_work_that_changes_shape_is_counted_as_what_ran() -> None:
     expected = full * linear_flops(BATCH) + halved * (linear_flops(BATCH, backward=False) + linear_flops(BATCH // 2))
     assert counter.total == expected
     assert len(counter.flops) == 3  # three distinct pieces of work, each measured once: step of 8, step of 4, scoring
+
+
+def test_a_closure_optimizer_second_pass_is_counted() -> None:
+    if "sam" not in registry().methods:
+        pytest.skip("needs cadence-sam")
+    counter = train(batches=3, algorithms=[registry().method("sam").algorithm()])
+    assert counter.total == 2 * 3 * linear_flops(BATCH) and sum(counter.counts.values()) == 6  # SAM: two passes
 
 
 def test_a_cyclic_run_records_its_costs_at_each_cycle_end(tiny_recipe: Any, tracking_uri: str) -> None:

@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from cadence_harness import grid as grid_module
 from cadence_harness import report as report_module
+from cadence_harness.cli import main
 from cadence_harness.grid import expand, run_grid
 from cadence_harness.recipe import Recipe
 from cadence_harness.records import export_runs, import_records, read_records
@@ -138,3 +139,15 @@ def test_runs_read_from_two_machines_files_count_once(store: tuple[str, Path], t
     bad.write_text("{not json\n")
     with pytest.raises(ValueError, match=r"bad\.jsonl:1: not a run record"):
         read_records([bad])
+
+
+def test_records_that_cannot_be_read_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": 1}\n')
+    assert main(["report", "--records", str(bad), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "bad.jsonl:1: not a run record ('mlflow_run_id')" in error
+    assert main(["report", "--records", str(tmp_path / "missing")]) == 2
+    assert "no such file or folder of run records (*.jsonl); pass the folder" in capsys.readouterr().err

@@ -14,10 +14,13 @@ often it ran:
   the whole batch, keyed the same way plus whether gradients were on.
 
 The first occurrence is counted on the real computation (no extra pass, no randomness drawn), so a
-method that changes shapes is counted as what ran. Evaluation is not training and is not counted.
-Counts follow FlopCounterMode: matrix products and convolutions (a multiply-add is 2 FLOPs);
-elementwise work, normalisation and the optimizer step count 0. Work whose cost varies at one
-shape (stochastic depth's dropped blocks) is counted as its first occurrence.
+method that changes shapes is counted as what ran. That one step runs under the mode's Python
+dispatch and is slower than the others; the slowdown lands in the run's measured time once per
+distinct shape (many times for progressive resizing's gradual sizes, once for most runs).
+Evaluation is not training and is not counted. Counts follow FlopCounterMode: matrix products and
+convolutions (a multiply-add is 2 FLOPs); elementwise work, normalisation and the optimizer step
+count 0. Work whose cost varies at one shape (stochastic depth's dropped blocks) is counted as its
+first occurrence.
 """
 
 from __future__ import annotations
