@@ -1,6 +1,7 @@
 """Costs that do not depend on a busy machine: training FLOPs counted once per distinct piece of work (checked
-by hand on a Linear layer), process CPU time, and a whole run through the harness (cyclic, evaluations at
-each cycle's end carrying the costs spent up to them)."""
+by hand on a Linear layer, and against each batch counted on its own under progressive resizing and ColOut),
+SAM's second pass, process CPU time, and a whole run through the harness (cyclic, evaluations at each cycle's
+end carrying the costs spent up to them)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.flop_counter import FlopCounterMode
 
 from cadence import Algorithm, Classifier, Event, Trainer
 from cadence.registry import registry
@@ -79,6 +81,51 @@ def test_work_that_changes_shape_is_counted_as_what_ran() -> None:
     expected = full * linear_flops(BATCH) + halved * (linear_flops(BATCH, backward=False) + linear_flops(BATCH // 2))
     assert counter.total == expected
     assert len(counter.flops) == 3  # three distinct pieces of work, each measured once: step of 8, step of 4, scoring
+
+
+def conv_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, OUT)
+    )
+
+
+def step_flops(net: torch.nn.Module, images: torch.Tensor) -> int:
+    """One training step on `images`, counted on its own: forward, loss and backward."""
+    with FlopCounterMode(display=False) as mode:
+        torch.nn.functional.cross_entropy(net(images), torch.zeros(len(images), dtype=torch.long)).backward()
+    return int(mode.get_total_flops())
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "sizes"),
+    [  # progressive resizing grows the images batch by batch; ColOut drops as many rows and columns each batch
+        ("progressive_resizing", {"delay_fraction": 0.0, "finetune_fraction": 0.0}, 3),
+        ("colout", {"p_row": 0.3}, 1),
+    ],
+)
+def test_methods_that_shrink_images_are_counted_batch_by_batch(name: str, kwargs: dict[str, Any], sizes: int) -> None:
+    if name not in registry().methods:
+        pytest.skip(f"needs cadence-{name.replace('_', '-')}")
+    data = TensorDataset(torch.rand(6 * BATCH, 3, 16, 16), torch.randint(0, OUT, (6 * BATCH,)))
+    model, counter, seen = Classifier(conv_net(), OUT), FlopCounter(), []
+    model.register_forward_pre_hook(lambda module, args: seen.append(args[0][0].shape) if module.training else None)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=BATCH),
+        max_duration="6ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        algorithms=[registry().method(name).algorithm(**kwargs, seed=0)],
+        callbacks=[counter],
+        progress_bar=False,
+        seed=0,
+    )
+    trainer.fit()
+    trainer.close()
+    assert len(seen) == 6 and len(set(seen)) >= sizes and all(s[-2:] != (16, 16) for s in seen[:-1]), seen
+    net = conv_net()
+    assert counter.total == sum(step_flops(net, torch.rand(shape)) for shape in seen)  # each batch on its own
+    assert len(counter.flops) == len(set(seen))
 
 
 def test_a_closure_optimizer_second_pass_is_counted() -> None:
