@@ -44,8 +44,8 @@ def test_the_trainer_applies_it_and_logs_the_report() -> None:
     trainer = _trainer([BlurPool()], loggers=[logger])
     module = trainer.state.model.module
     assert isinstance(module.maxpool, BlurMaxPool2d) and isinstance(module.layer2[0].conv1, BlurConv2d)
-    assert logger.hyperparameters["BlurPool/Conv2d -> BlurConv2d"] == 6
-    assert logger.hyperparameters["BlurPool/MaxPool2d -> BlurMaxPool2d"] == 1
+    assert logger.hyperparameters["BlurPool/Conv2d to BlurConv2d"] == 6
+    assert logger.hyperparameters["BlurPool/MaxPool2d to BlurMaxPool2d"] == 1
     optimizer_params = {id(p) for group in trainer.state.optimizers[0].param_groups for p in group["params"]}
     assert optimizer_params == {id(p) for p in trainer.state.model.parameters()}
 

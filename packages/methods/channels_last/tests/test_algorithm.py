@@ -43,7 +43,7 @@ def test_the_trainer_applies_it_and_logs_the_report() -> None:
     trainer = _trainer([ChannelsLast()], loggers=[logger])
     conv = trainer.state.model.module.features[0]
     assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
-    assert logger.hyperparameters == {"ChannelsLast/Conv2d -> channels_last": 2}
+    assert logger.hyperparameters == {"ChannelsLast/Conv2d to channels_last": 2}
     trainer.fit()
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)  # stays so through the optimizer steps
 

@@ -51,7 +51,7 @@ def test_the_trainer_applies_it_and_logs_the_report() -> None:
     logger = InMemoryLogger()
     trainer = _trainer([GhostBatchNorm(ghost_batch_size=2)], loggers=[logger])
     assert isinstance(trainer.state.model.module.bn1, GhostBatchNorm2d)
-    assert logger.hyperparameters == {"GhostBatchNorm/BatchNorm2d -> GhostBatchNorm2d": 20}
+    assert logger.hyperparameters == {"GhostBatchNorm/BatchNorm2d to GhostBatchNorm2d": 20}
     trainer.fit()
     assert trainer.state.model.module.bn1.num_batches_tracked == 4  # 2 steps of 2 ghost batches
 

@@ -94,7 +94,7 @@ def test_in_a_bf16_run_every_layernorm_of_an_hf_model_runs_in_bf16() -> None:
     logger = InMemoryLogger()
     trainer = _trainer([LowPrecisionLayerNorm()], model, DataLoader(_Texts(), batch_size=4), loggers=[logger])
     assert _exact_layernorms(model) == 0 and sum(isinstance(m, LPLayerNorm) for m in model.modules()) == 5
-    assert logger.hyperparameters["LowPrecisionLayerNorm/LayerNorm -> LPLayerNorm"] == 5
+    assert logger.hyperparameters["LowPrecisionLayerNorm/LayerNorm to LPLayerNorm"] == 5
     dtypes = set()
     for module in model.modules():
         if isinstance(module, LPLayerNorm):
