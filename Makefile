@@ -21,9 +21,10 @@ $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(MEMBERS))
 
 install: $(STAMP) ## create .venv and install every package of the repo (editable) plus dev tools
 
-# pytest exits 5 when it collected nothing: an empty run must not pass.
-test: $(STAMP) ## run the test suite on CPU (what CI runs)
-	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+# pytest exits 5 when it collected nothing: an empty run must not pass. TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= auto
+test: $(STAMP) ## run the test suite on CPU, one pytest worker per core (what CI runs)
+	@$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 lint: $(STAMP) ## ruff: lint and format check
