@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from cadence.algorithm import Algorithm, Effects
 from cadence.callback import Callback
@@ -205,6 +205,9 @@ class MethodConformance:
     #: False for methods whose functional changes the spatial size (resizing, row/column drops)
     functional_preserves_shape: bool = True
     functional_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+    #: the trainer's precision ("amp_bf16" runs under bf16 autocast, which the CPU has): for methods that act
+    #: only under autocast, such as the low-precision norms
+    precision: str = "fp32"
 
     # What the package provides ---------------------------------------------------------
     def make_algorithm(self) -> Algorithm:
@@ -217,7 +220,9 @@ class MethodConformance:
     def make_model(self) -> nn.Module:
         return tiny_image_classifier(self.num_classes, self.image_shape[0])
 
-    def make_dataset(self, num_samples: int, seed: int = 0) -> TensorDataset:
+    def make_dataset(self, num_samples: int, seed: int = 0) -> Dataset:
+        """Training samples; a text method returns dicts (``input_ids``, ``attention_mask``, ``labels``),
+        which the DataLoader collates into dict batches."""
         return image_dataset(num_samples, self.num_classes, self.image_shape, seed)
 
     # Helpers --------------------------------------------------------------------------
@@ -231,6 +236,7 @@ class MethodConformance:
         **kwargs: Any,
     ) -> Trainer:
         torch.manual_seed(0)
+        kwargs.setdefault("precision", self.precision)
         model = self.make_model()
         loader = DataLoader(self.make_dataset(num_samples), batch_size=batch_size or self.batch_size, shuffle=True)
         return Trainer(

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from cadence_low_precision_groupnorm import LowPrecisionGroupNorm
 from torch import nn
 
-from cadence import Classifier, Trainer
+from cadence import Classifier
 from cadence.testing import MethodConformance
 
 
 class TestLowPrecisionGroupNormConformance(MethodConformance):
+    precision = "amp_bf16"  # the method acts only under autocast (bf16 autocast runs on the CPU)
+
     def make_algorithm(self) -> LowPrecisionGroupNorm:
         return LowPrecisionGroupNorm()
 
@@ -29,8 +29,3 @@ class TestLowPrecisionGroupNormConformance(MethodConformance):
             nn.Linear(16, self.num_classes),
         )
         return Classifier(module, num_classes=self.num_classes)
-
-    def _trainer(self, algorithms: list, **kwargs: Any) -> Trainer:
-        # the method does something only under autocast (bf16 autocast runs on the CPU); the kit has no
-        # precision setting, so its one trainer factory is extended here
-        return super()._trainer(algorithms, precision="amp_bf16", **kwargs)

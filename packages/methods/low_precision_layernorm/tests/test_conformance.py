@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from cadence_low_precision_layernorm import LowPrecisionLayerNorm, LPLayerNorm
 from torch import nn
 
-from cadence import Algorithm, Classifier, Trainer
+from cadence import Classifier
 from cadence.testing import MethodConformance
 
 
 class TestLowPrecisionLayerNormConformance(MethodConformance):
+    precision = "amp_bf16"  # the method acts only under autocast (bf16 autocast runs on the CPU)
+
     def make_algorithm(self) -> LowPrecisionLayerNorm:
         return LowPrecisionLayerNorm(strict=True)  # the model must have LayerNorms to convert
 
@@ -22,9 +22,6 @@ class TestLowPrecisionLayerNormConformance(MethodConformance):
             nn.LayerNorm(8), nn.Linear(8, self.num_classes),
         )  # fmt: skip
         return Classifier(module, num_classes=self.num_classes)
-
-    def _trainer(self, algorithms: list[Algorithm], **kwargs: Any) -> Trainer:
-        return super()._trainer(algorithms, precision="amp_bf16", **kwargs)  # fp32 runs are left alone (warned)
 
     def functional_calls(self):
         return {"LPLayerNorm": lambda x, y: LPLayerNorm(x.shape[-1], dtype=x.dtype)(x)}
