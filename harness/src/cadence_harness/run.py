@@ -2,10 +2,12 @@
 
 Every run logs, through the core's batched `MLFlowLogger`: params (model, data, each method
 with all its hyperparameters, seed, batch size, precision, device, versions, git sha), the
-per-step loss and per-evaluation metrics, ``time/*`` and ``final/*`` timings, throughput and
-peak memory, and the resolved configuration as an artifact. A failure marks the run FAILED
-(KILLED on Ctrl-C or SIGTERM) with the error in the ``cadence.error`` tag, then propagates;
-the Trainer records that, as it records FINISHED when it is closed.
+per-step loss and per-evaluation metrics, ``time/*`` and ``final/*`` timings, process CPU time
+and training FLOPs (`cadence_harness.flops`), throughput and peak memory, and the resolved
+configuration as an artifact. A cyclic run (``schedule.cycles``) also evaluates at every cycle's
+end. A failure marks the run FAILED (KILLED on Ctrl-C or SIGTERM) with the error in the
+``cadence.error`` tag, then propagates; the Trainer records that, as it records FINISHED when it
+is closed.
 """
 
 from __future__ import annotations
