@@ -12,18 +12,9 @@ from cadence_harness.demo import demo_recipe
 
 
 def test_grid_dry_run_lists_runs_with_their_hashes(capsys: pytest.CaptureFixture[str]) -> None:
-    combination = ["--combination", "label_smoothing+cutout"]
-    assert main(["grid", "cifar10_resnet20", "--dry-run", "--seeds", "2", "--arms", "baseline", *combination]) == 0
+    assert main(["grid", "cifar10_resnet20", "--dry-run", "--seeds", "2", "--arms", "baseline"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == "4 runs" and lines[0].startswith("baseline-s0") and "label_smoothing+cutout-s1" in lines[-2]
-
-
-def test_arms_on_the_command_line_drop_the_recipes_combinations(capsys: pytest.CaptureFixture[str]) -> None:
-    """`--arms baseline` means the baseline only (the recipe's label_smoothing+cutout is not added behind it)."""
-    assert main(["grid", "cifar10_resnet20", "--dry-run", "--seeds", "1", "--arms", "baseline"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "1 runs"
-    assert main(["grid", "cifar10_resnet20", "--dry-run", "--seeds", "1", "--methods", "mixup,cutout"]) == 0
-    assert "label_smoothing+cutout" not in capsys.readouterr().out  # a combination with a method outside them
 
 
 def test_shards_of_a_dry_run_split_the_grid(capsys: pytest.CaptureFixture[str]) -> None:

@@ -107,7 +107,7 @@ def _grid_recipe(args: argparse.Namespace) -> Any:
         grid["methods"] = _methods(args.methods)
     if args.arms:
         grid["arms"] = _methods(args.arms)
-    if args.combination or args.arms:  # the command line describes the arms: the recipe's combinations go
+    if args.combination:
         grid["combinations"] = [c.split("+") for c in args.combination]
     return _load(args, grid=grid)
 
@@ -312,21 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     grid = commands.add_parser("grid", help="a recipe's arms x budgets x seeds, one process per run, interleaved")
     grid.add_argument("recipe", help="a recipe file or shipped recipe name")
+    grid.add_argument("--methods", help="the methods the arms range over (default: the recipe's)")
+    grid.add_argument("--arms", help="comma-separated: baseline, each, leave_one_out, pairs, all")
     grid.add_argument(
-        "--methods",
-        help="the methods the arms range over (default: the recipe's; its combinations of other methods are dropped)",
-    )
-    grid.add_argument(
-        "--arms",
-        help="comma-separated: baseline, each, leave_one_out, pairs, all (drops the recipe's combinations: add "
-        "them with --combination)",
-    )
-    grid.add_argument(
-        "--combination",
-        action="append",
-        default=[],
-        metavar="A+B",
-        help="an extra arm, e.g. mixup+cutout; given once or more, it replaces the recipe's combinations",
+        "--combination", action="append", default=[], metavar="A+B", help="an extra arm, e.g. mixup+cutout"
     )
     grid.add_argument(
         "--shard", default="1/1", help="run only shard i of n, e.g. 1/2 (machines sharing a tracking server)"
