@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cadence.time import Time
 from cadence_harness.stats import Interval
 from cadence_harness.tradeoff import COSTS, cyclic_checks, pareto_points, verdict
 
@@ -35,6 +36,15 @@ def _merged(summaries: Sequence[ArmSummary], key: str) -> Counter[str]:
     return total
 
 
+def _budget_order(duration: str) -> tuple[str, float, str]:
+    """Budgets in the order they run ('2ep' before '16ep'), by unit then amount; text that is not a time last."""
+    try:
+        time = Time.from_input(duration)
+    except (TypeError, ValueError):
+        return ("~", math.inf, duration)
+    return (time.unit.value, float(time.value), duration)
+
+
 def describe(summaries: Sequence[ArmSummary]) -> str:
     """What was trained, for how long and where: a setting is stated only when all the runs share it."""
     if not summaries:
@@ -46,7 +56,7 @@ def describe(summaries: Sequence[ArmSummary]) -> str:
 
     model, data, subset = one("model") or "(several models)", one("data") or "(several datasets)", one("subset")
     what = f"{model} on {data}" + (f" (first {subset} training images)" if subset not in (None, "None") else "")
-    durations = sorted(_merged(summaries, "duration"))
+    durations = sorted(_merged(summaries, "duration"), key=_budget_order)
     budget = one("duration")
     batch = one("batch_size")
     length = f"{budget}" if budget else f"budgets {', '.join(durations)}"
