@@ -84,8 +84,13 @@ class SurgeryReport:
         self.replaced.setdefault(kind, []).append(path or "<model>")
 
     def counts(self) -> dict[str, int]:
-        """``{"<method>/Conv2d -> BlurConv2d": 8, ...}``: what a logger records as hyperparameters."""
+        """``{"<method>/Conv2d -> BlurConv2d": 8, ...}``: how many modules of each kind were replaced."""
         return {f"{self.method}/{kind}": len(paths) for kind, paths in self.replaced.items()}
+
+    def hyperparameters(self) -> dict[str, int]:
+        """`counts` under keys every logger takes as they are (``"BlurPool/Conv2d to BlurConv2d"``: MLflow
+        refuses the ``>`` of ``->``)."""
+        return {key.replace(" -> ", " to "): count for key, count in self.counts().items()}
 
     def __str__(self) -> str:
         if not self:

@@ -49,8 +49,8 @@ class SurgeryMethod(Method):
 
     def apply(self, event: Event, state: State, logger: Any) -> None:
         self.report = self.surgery(state.model, state.optimizers)
-        if self.report:  # "BlurPool/Conv2d to BlurConv2d": 6 (a key MLflow takes as it is: no ">")
-            logger.log_hyperparameters({k.replace(" -> ", " to "): n for k, n in self.report.counts().items()})
+        if self.report:
+            logger.log_hyperparameters(self.report.hyperparameters())
 
     def effects(self) -> Effects:
         return Effects(writes={Resource.MODEL, Resource.OPTIMIZER})
