@@ -41,9 +41,9 @@ demo: $(STAMP) ## the main job: a small CPU comparison of methods on real data
 bench: $(STAMP) ## benchmarks: trainer overhead and method costs, measured side by side (prints ratios)
 	$(PY) -m cadence_harness.benchmarks
 
-cards: $(STAMP) ## write a study's measured results into the method cards and method_cards/INDEX.md (make cards STUDY=<recipe>)
+cards: $(STAMP) ## write studies' measured results into the method cards and method_cards/INDEX.md (make cards STUDY="<recipe> ...")
 	@test -n "$(STUDY)" || { echo "make cards: name the study whose records write the cards, e.g. make cards STUDY=cifar10_resnet20 (its runs are in method_cards/runs)" >&2; exit 2; }
-	$(PY) -m cadence_harness report --study $(STUDY) --cards $(REPORT_ARGS)
+	$(PY) -m cadence_harness report $(foreach s,$(STUDY),--study $(s)) --cards $(REPORT_ARGS)
 
 new-method: ## scaffold packages/methods/$(NAME) (e.g. make new-method NAME=stochastic_depth); see packages/methods/README.md
 	@test -n "$(NAME)" || { echo "make new-method: give the method's folder name, e.g. make new-method NAME=stochastic_depth" >&2; exit 2; }

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from cadence.registry import registry
@@ -76,3 +78,37 @@ def test_a_failing_method_marks_the_run_failed(
     assert run.info.status == "FAILED"
     assert "exploded on purpose" in run.data.tags["cadence.error"]
     assert run.data.tags["cadence.failure"] == "MethodError"
+
+
+def test_a_causal_language_model_reports_perplexity_and_next_token_accuracy(
+    tracking_uri: str, tiny_recipe: Any
+) -> None:
+    methods = {"alibi": {"max_sequence_length": 16}, "seq_length_warmup": {"max_seq_length": 16}}
+    methods = {name: kwargs for name, kwargs in methods.items() if name in registry().methods}
+    recipe = tiny_recipe(
+        model="hf/gpt2-tiny", data="synthetic_text", task="causal_lm", max_length=16, subset=32, methods=methods
+    )
+    spec = RunSpec(recipe, tuple(methods), seed=0)
+    result = execute(spec, tracking_uri=tracking_uri, progress_bar=False)
+    check_logged_run(tracking_uri, spec, result.run_id)
+    metrics = MlflowClient(tracking_uri).get_run(result.run_id).data.metrics
+    # perplexity is exp(cross-entropy) of the same evaluation, and the record keeps it as the final one
+    assert metrics["metrics/eval/LanguagePerplexity"] == pytest.approx(
+        math.exp(metrics["metrics/eval/LanguageCrossEntropy"]), rel=1e-5
+    )
+    assert metrics["final/perplexity"] == metrics["metrics/eval/LanguagePerplexity"] > 1.0
+    assert metrics["final/tokens_per_s"] > 0
+
+
+def test_language_model_blocks_are_the_texts_joined_by_end_of_text() -> None:
+    from cadence_harness.models import build_tokenizer, pack_blocks
+
+    texts = ["a good film", "a bad film", "good good", "bad"] * 4
+    tokenizer = build_tokenizer("hf/gpt2-tiny", texts, vocab_size=300)
+    blocks = pack_blocks(tokenizer, texts, block_size=8)
+    stream = [t for row in tokenizer(texts)["input_ids"] for t in (*row, tokenizer.eos_token_id)]
+    assert blocks["input_ids"].shape == (len(stream) // 8, 8)
+    assert blocks["input_ids"].flatten().tolist() == stream[: blocks["input_ids"].numel()]
+    assert torch.equal(blocks["labels"], blocks["input_ids"]) and bool(blocks["attention_mask"].all())
+    with pytest.raises(ValueError, match="`max_length` = 4096: the text holds only"):
+        pack_blocks(tokenizer, texts, block_size=4096)

@@ -72,6 +72,17 @@ def test_bad_settings_echo_the_value() -> None:
     rejects(r"`target_accuracy` = 94: must be a fraction in \(0, 1\]", target_accuracy=94)
     rejects(r"`grid.arms` = 'each_pair': must be one of", grid={"arms": ["each_pair"]})
     rejects(r"`data` = 'imagenet': unknown dataset", data="imagenet")
+    rejects(r"`task` = 'lm': must be one of 'classification', 'causal_lm'", task="lm")
+
+
+def test_a_language_model_task_needs_a_decoder_model() -> None:
+    rejects(
+        r"`task` = 'causal_lm' needs a decoder-only language model, but `model` = 'hf/bert-tiny'",
+        model="hf/bert-tiny",
+        data="sst2",
+        task="causal_lm",
+    )
+    rejects(r"`task` = 'causal_lm' needs a decoder-only language model, but `model` = 'tv/resnet20'", task="causal_lm")
 
 
 def test_unknown_methods_are_rejected() -> None:

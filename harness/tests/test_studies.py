@@ -127,3 +127,44 @@ def test_a_grid_estimate_counts_flops_per_run(capsys: pytest.CaptureFixture[str]
     assert "training: 6 batches" in out and "throughput: 100.0 GFLOP/s (given with --rate)" in out
     flops = float(out.split("batches, ")[1].split(" FLOPs")[0])
     assert flops == pytest.approx(6 * 4 * 244e6, rel=0.05)  # ResNet-20: about 244 MFLOPs a 32x32 image, fwd+bwd
+
+
+def test_cards_from_several_studies_show_each_study_and_name_them_all(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    tracking_uri: str,
+    run_logger: Any,
+    counted: list[int],
+    tiny_recipe_file: Any,
+) -> None:
+    records, root = tmp_path / "runs", tmp_path / "repo" / "packages" / "methods"
+    paths = []
+    for name, seeds, subset in (("vision", 3, 8), ("text", 3, 7), ("unfinished", 2, 6)):  # each its own settings
+        grid = {"arms": ["baseline", "each"]}
+        written = tiny_recipe_file(name=name, seeds=seeds, subset=subset, methods={"count": {}}, grid=grid)
+        path = Path(written).rename(tmp_path / f"{name}.yaml")
+        for spec in expand(load_recipe(str(path))):
+            run_logger(tracking_uri, spec, 0.5 + 0.1 * len(spec.arm) + spec.seed / 100, 10.0 + spec.seed)
+        export_runs(tracking_uri, name, records / f"{name}.jsonl")
+        paths.append(str(path))
+    for method in ("count", "other"):
+        (root / method).mkdir(parents=True)
+        (root / method / "card.md").write_text(f"---\nname: {method}\n---\n{MARK_START}\nold results\n{MARK_END}\n")
+    index = tmp_path / "repo" / "method_cards" / "INDEX.md"
+    argv = ["report", "--records", str(records), "--cards", "--out", str(tmp_path / "out")]
+    argv += ["--methods-root", str(root), "--index", str(index)]
+
+    assert main([*argv, "--study", paths[0], "--study", f"{paths[1]},{paths[2]}"]) == 2  # one study unfinished
+    assert "`--study` 'unfinished': no arm of its runs has 3 seeds" in capsys.readouterr().err
+    assert "old results" in (root / "count" / "card.md").read_text() and not index.exists()
+
+    assert main([*argv, "--study", paths[0], "--study", paths[1]]) == 0
+    card = (root / "count" / "card.md").read_text()
+    assert "### vision" in card and "### text" in card and "old results" not in card
+    assert "`cadence-bench report --study vision --study text --cards`" in card
+    other = (root / "other" / "card.md").read_text()
+    assert "Not measured in the studies `vision`, `text`" in other
+    assert (
+        "the studies `vision`, `text` (method_cards/runs/vision.jsonl, method_cards/runs/text.jsonl)"
+        in index.read_text()
+    )

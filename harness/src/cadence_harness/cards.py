@@ -4,10 +4,11 @@ Only the part of a card between ``<!-- results:start -->`` and ``<!-- results:en
 replaced; the rest of the card is left byte for byte as it was. Only arms (and their baselines)
 with at least `min_seeds` seeds are written, and each table carries the commands that reproduce it.
 
-`cadence-bench report --cards` writes them from one named study's committed run records
-(``method_cards/runs/<study>.jsonl``, the runs of that recipe's grid), never from whatever a local
-MLflow store holds; then every card says what that study measured for its method, or that it did
-not measure it, so the cards and the index always show the same study.
+`cadence-bench report --cards` writes them from named studies' committed run records
+(``method_cards/runs/<study>.jsonl``, the runs of that recipe's grid; ``--study`` may be given once
+per study, e.g. a vision study and a text study), never from whatever a local MLflow store holds;
+then every card says what those studies measured for its method, or that they did not measure it,
+so the cards and the index always show the same studies.
 """
 
 from __future__ import annotations
@@ -80,9 +81,19 @@ def eligible_sections(sections: Sequence[Section], min_seeds: int) -> list[Secti
     return kept
 
 
-def _reproduce(rows: Sequence[ArmSummary], experiment: str, study: str | None) -> str:
+def _studies(study: str | Sequence[str] | None) -> tuple[str, ...]:
+    return (study,) if isinstance(study, str) else tuple(study or ())
+
+
+def _named(studies: Sequence[str]) -> str:
+    """``the study `a` `` or ``the studies `a`, `b` ``."""
+    return ("the study " if len(studies) == 1 else "the studies ") + ", ".join(f"`{s}`" for s in studies)
+
+
+def _reproduce(rows: Sequence[ArmSummary], experiment: str, study: str | Sequence[str] | None) -> str:
     lines = [f"- runs: `{command}`" for command in sorted({s.command for s in rows if s.command})]
-    report = f"--study {study}" if study else f"--experiment {experiment}"
+    studies = _studies(study)
+    report = " ".join(f"--study {s}" for s in studies) if studies else f"--experiment {experiment}"
     lines.append(f"- table: `cadence-bench report {report} --cards`")
     ids = "; ".join(
         f"{s.arm}{' ' + s.budget_label if s.budget else ''}: {', '.join(r[:8] for r in s.run_ids)}" for s in rows
@@ -98,7 +109,9 @@ def _only(section: Section, method: str) -> Section:
     return dataclasses.replace(section, summaries=rows, curves=curves)
 
 
-def experiment_section(section: Section, plot_link: str | None, level: str = "###", study: str | None = None) -> str:
+def experiment_section(
+    section: Section, plot_link: str | None, level: str = "###", study: str | Sequence[str] | None = None
+) -> str:
     rows = section.summaries
     parts = [f"{level} {section.name}", "", describe(rows), "", format_table(rows), ""]
     if section.has_tradeoff:
@@ -110,7 +123,9 @@ def experiment_section(section: Section, plot_link: str | None, level: str = "##
     return "\n".join(parts)
 
 
-def card_block(method: str, sections: Sequence[Section], link: Any = None, study: str | None = None) -> str | None:
+def card_block(
+    method: str, sections: Sequence[Section], link: Any = None, study: str | Sequence[str] | None = None
+) -> str | None:
     """The Results text of one method's card, or None when no eligible arm uses the method."""
     texts = []
     for section in sections:
@@ -130,22 +145,25 @@ def write_cards(
     min_seeds: int = 3,
     plots_link_prefix: str | None = "../../../method_cards/",
     sections: Sequence[Section] | None = None,
-    study: str | None = None,
+    study: str | Sequence[str] | None = None,
     plots_dir: Path | None = None,
 ) -> list[Path]:
     """Rewrite the Results section of every card a measured arm uses; returns the cards written.
 
-    With `study`, every other card is rewritten too, to say the study did not measure its method.
-    With `plots_dir`, each method's tradeoff plot (its arms and the baseline) is drawn there.
+    With `study` (a name or several), every other card is rewritten too, to say the studies did not
+    measure its method. With `plots_dir`, each method's tradeoff plot (its arms and the baseline) is
+    drawn there.
     """
     from cadence_harness.plots import plot_tradeoff
 
     eligible = eligible_sections(sections if sections is not None else _plain_sections(summaries), min_seeds)
-    if study is not None and not any(s.summaries for s in eligible):
-        raise RecipeError(
-            f"`--study` {study!r}: no arm of its runs has {min_seeds} seeds (--min-seeds) and a baseline with as many, "
-            f"so no card was changed; finish its grid (`cadence-bench grid {study}`) or lower --min-seeds"
-        )
+    studies = _studies(study)
+    for name in studies:  # every named study must have something to say, or no card changes
+        if not any(s.summaries for s in eligible if s.experiment == name or len(studies) == 1):
+            raise RecipeError(
+                f"`--study` {name!r}: no arm of its runs has {min_seeds} seeds (--min-seeds) and a baseline with as "
+                f"many, so no card was changed; finish its grid (`cadence-bench grid {name}`) or lower --min-seeds"
+            )
 
     def link(section: Section, mine: Section, method: str = "") -> str | None:
         if plots_link_prefix is None:
@@ -159,12 +177,14 @@ def write_cards(
     written = []
     for method, path in card_paths(methods_root).items():
         block = card_block(method, eligible, lambda s, m, name=method: link(s, m, name), study)
-        if block is None and study is None:
+        if block is None and not studies:
             continue
         if block is None:
+            flags = " ".join(f"--study {s}" for s in studies)
             block = (
-                f"Not measured in the study `{study}` (`cadence-bench report --study {study} --cards`): no arm of its "
-                f"committed runs with at least {min_seeds} seeds uses this method."
+                f"Not measured in {_named(studies)} (`cadence-bench report {flags} --cards`): no arm of "
+                f"{'its' if len(studies) == 1 else 'their'} committed runs with at least {min_seeds} seeds uses this "
+                "method."
             )
         text = path.read_text(encoding="utf-8")
         updated = replace_results(text, block, where=str(path))
@@ -197,7 +217,7 @@ def write_index(
     plots: Sequence[Path] = (),
     min_seeds: int = 3,
     sections: Sequence[Section] | None = None,
-    study: str | None = None,
+    study: str | Sequence[str] | None = None,
 ) -> Path:
     """``method_cards/INDEX.md``: every card with its one-line summary and measured effect, then each study."""
     eligible = eligible_sections(sections if sections is not None else _plain_sections(summaries), min_seeds)
@@ -216,7 +236,9 @@ def write_index(
         meta = front_matter(path)
         link = f"[{meta.get('name', method)}]({Path('..') / path.relative_to(methods_root.parent.parent)})"
         rows.append([link, str(meta.get("tldr", "")), *(_alone(s, method) for s in eligible)])
-    source = f"the study `{study}` (method_cards/runs/{study}.jsonl)" if study else "the runs"
+    studies = _studies(study)
+    files = ", ".join(f"method_cards/runs/{s}.jsonl" for s in studies)
+    source = f"{_named(studies)} ({files})" if studies else "the runs"
     lines = [
         "# Method cards",
         "",

@@ -175,10 +175,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             "MLflow store: add --study NAME (the records in method_cards/runs/NAME.jsonl, written by "
             "`cadence-bench grid NAME`)"
         )
-    study = None
+    study: list[str] = []
     if args.study:
-        study, runs, note = study_runs(args.study, _records_dir(args))
-        print(note)
+        runs = []
+        for name in dict.fromkeys(n.strip() for given in args.study for n in given.split(",") if n.strip()):
+            recipe_name, kept, note = study_runs(name, _records_dir(args))
+            print(note)
+            study.append(recipe_name)
+            runs += kept
         report = report_from_runs(runs, out_dir=args.out)
     else:
         records = [args.records] if args.records else None
@@ -342,7 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--records", help="a run-record file or folder to report from, instead of MLflow")
     report.add_argument(
         "--study",
-        help="report a study from its committed records (method_cards/runs/STUDY.jsonl), the grid of recipe STUDY",
+        action="append",
+        default=[],
+        help="report a study from its committed records (method_cards/runs/STUDY.jsonl), the grid of recipe STUDY; "
+        "repeat (or separate by commas) for several studies",
     )
     report.add_argument("--out", default="cadence_runs/report", help="folder for report.md, summary.csv and plots")
     report.add_argument(

@@ -34,6 +34,8 @@ __all__ = [
     "check_model",
     "cifar_resnet",
     "family",
+    "language_metrics",
+    "pack_blocks",
 ]
 
 CIFAR_RESNETS = {"resnet20": 20, "resnet56": 56}
@@ -63,8 +65,8 @@ def _suggest(prefix: str, arch: str, known: Sequence[str]) -> str:
     return f"; did you mean '{prefix}/{close[0]}'? (close matches: {', '.join(close)})" if close else ""
 
 
-def check_model(name: str, data: str | None = None) -> None:
-    """Raise ValueError naming the problem if `name` cannot be built (or does not fit `data`)."""
+def check_model(name: str, data: str | None = None, task: str = "classification") -> None:
+    """Raise ValueError naming the problem if `name` cannot be built (or does not fit `data` or `task`)."""
     from cadence_harness.data import DATASETS
 
     prefix, arch = family(name)
@@ -90,6 +92,11 @@ def check_model(name: str, data: str | None = None) -> None:
     wanted = "text" if prefix == "hf" else "image"
     if kind is not None and kind != wanted:
         raise ValueError(f"`model` = {name!r} needs {wanted} data, but `data` = {data!r} is {kind} data")
+    if task == "causal_lm" and (prefix != "hf" or arch in ("bert-tiny", "minilm")):
+        raise ValueError(
+            f"`task` = 'causal_lm' needs a decoder-only language model, but `model` = {name!r} is not one; "
+            "use hf/gpt2-tiny or hf/<folder> of a GPT-2-style model"
+        )
 
 
 def _torchvision_names() -> list[str]:
@@ -224,7 +231,9 @@ def _trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 
-def _config_model(arch: str, tokenizer: Any, num_labels: int, max_length: int, **kwargs: Any) -> nn.Module:
+def _config_model(
+    arch: str, tokenizer: Any, num_labels: int, max_length: int, causal_lm: bool = False, **kwargs: Any
+) -> nn.Module:
     import transformers
 
     if arch == "bert-tiny":  # the dimensions of Google's BERT-Tiny (L=2, H=128, A=2)
@@ -252,7 +261,7 @@ def _config_model(arch: str, tokenizer: Any, num_labels: int, max_length: int, *
         eos_token_id=tokenizer.eos_token_id,
         **kwargs,
     )
-    return transformers.GPT2ForSequenceClassification(config)
+    return (transformers.GPT2LMHeadModel if causal_lm else transformers.GPT2ForSequenceClassification)(config)
 
 
 def _pretrained_folder(arch: str) -> Path:
@@ -276,25 +285,61 @@ def build_tokenizer(name: str, train_texts: Sequence[str], vocab_size: int = 819
     return tokenizer
 
 
-def build_text_model(name: str, *, tokenizer: Any, num_labels: int, max_length: int, **kwargs: Any) -> Any:
-    """A `HuggingFaceModel` for sequence classification, for an hf/ model name and its `build_tokenizer`."""
+def build_text_model(
+    name: str, *, tokenizer: Any, num_labels: int, max_length: int, causal_lm: bool = False, **kwargs: Any
+) -> Any:
+    """A `HuggingFaceModel` for an hf/ model name and its `build_tokenizer`: a sequence classifier, or with
+    `causal_lm` a language model whose evaluation reports next-token accuracy beside perplexity."""
     import transformers
 
     from cadence.models import HuggingFaceModel
 
     _, arch = family(name)
+    auto = transformers.AutoModelForCausalLM if causal_lm else transformers.AutoModelForSequenceClassification
     if arch in HF_CONFIGS:
-        network = _config_model(arch, tokenizer, num_labels, max_length, **kwargs)
+        network = _config_model(arch, tokenizer, num_labels, max_length, causal_lm, **kwargs)
     else:
-        network = transformers.AutoModelForSequenceClassification.from_pretrained(
-            _pretrained_folder(arch), num_labels=num_labels, **kwargs
-        )
+        labels = {} if causal_lm else {"num_labels": num_labels}
+        network = auto.from_pretrained(_pretrained_folder(arch), **labels, **kwargs)
         if network.config.pad_token_id is None:
             network.config.pad_token_id = tokenizer.pad_token_id
-    return HuggingFaceModel(network, tokenizer=tokenizer)
+    if not causal_lm:
+        return HuggingFaceModel(network, tokenizer=tokenizer)
+    return HuggingFaceModel(network, tokenizer=tokenizer, eval_metrics=language_metrics(len(tokenizer)))
+
+
+def language_metrics(vocab_size: int) -> dict[str, Any]:
+    """A language model's evaluation: perplexity, and next-token accuracy under the name the reports read as
+    a run's accuracy (``MulticlassAccuracy``), so tradeoff curves and speedups work for language models too."""
+    from torchmetrics.classification import MulticlassAccuracy
+
+    from cadence.models import LanguageCrossEntropy, LanguagePerplexity
+
+    return {
+        "MulticlassAccuracy": MulticlassAccuracy(num_classes=vocab_size, average="micro", ignore_index=-100),
+        "LanguageCrossEntropy": LanguageCrossEntropy(),
+        "LanguagePerplexity": LanguagePerplexity(),
+    }
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
     """Pad every text to the longest one (at most `max_length` tokens); loaders trim per batch."""
     encoded = tokenizer(list(texts), padding="longest", truncation=True, max_length=max_length, return_tensors="pt")
     return {key: value for key, value in encoded.items() if key in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+def pack_blocks(tokenizer: Any, texts: Sequence[str], block_size: int) -> dict[str, torch.Tensor]:
+    """Language-modelling blocks: every text tokenised, ended by the end-of-text token, concatenated and cut
+    into rows of `block_size` tokens (the remainder dropped), as GPT-2 is trained; labels are the inputs
+    (the model shifts them). No padding, so every position is a real token."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("`task` = 'causal_lm' needs a tokenizer with an end-of-text token (eos_token)")
+    ids = [token for row in tokenizer(list(texts))["input_ids"] for token in (*row, eos)]
+    rows = len(ids) // block_size
+    if rows == 0:
+        raise ValueError(
+            f"`max_length` = {block_size}: the text holds only {len(ids)} tokens, not one block; lower max_length"
+        )
+    input_ids = torch.tensor(ids[: rows * block_size], dtype=torch.long).view(rows, block_size)
+    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": input_ids.clone()}

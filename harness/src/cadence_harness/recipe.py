@@ -102,7 +102,8 @@ class Recipe:
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     subset: int | None = None
     eval_subset: int | None = None
-    max_length: int = 64
+    max_length: int = 64  # text: tokens per sample (classification) or per packed block (causal_lm)
+    task: str = "classification"  # or "causal_lm": a text dataset's text as a language-modelling corpus
     loader: str = "tensor"
     augment: str = "none"
     num_workers: int = 0
@@ -261,7 +262,7 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
     check_time("duration", values["duration"], (TimeUnit.EPOCH, TimeUnit.BATCH, TimeUnit.SAMPLE))
     check_time("eval_interval", values.get("eval_interval", "1ep"), (TimeUnit.EPOCH, TimeUnit.BATCH))
     try:
-        check_model(values["model"], values["data"])
+        check_model(values["model"], values["data"], values.get("task", "classification"))
         check_dataset(values["data"])
     except ValueError as error:
         raise RecipeError(str(error)) from None

@@ -74,6 +74,7 @@ SCHEDULES: dict[str, type[cadence_schedulers.Scheduler] | None] = {
     "multistep_warmup": cadence_schedulers.MultiStepWithWarmupScheduler,
 }
 LOADERS = ("tensor", "dataloader")
+TASKS = ("classification", "causal_lm")  # causal_lm: next-token prediction on the text of a text dataset
 AUGMENTS = ("none", "flip", "flip_crop")
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
 REQUIRED = ("name", "model", "data", "duration")
@@ -190,6 +191,7 @@ def check_types(values: Mapping[str, Any]) -> None:
     if values.get("precision") is not None:
         check_choice("precision", values["precision"], PRECISIONS)
     check_choice("loader", values.get("loader", "tensor"), LOADERS)
+    check_choice("task", values.get("task", "classification"), TASKS)
     check_choice("augment", values.get("augment", "none"), AUGMENTS)
     target = values.get("target_accuracy")
     if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1):

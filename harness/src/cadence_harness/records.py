@@ -9,7 +9,7 @@ never changes once written and a diff shows only the runs that were added:
   and ``versions`` (torch, cadence, ..., git sha), split off for reading;
 * ``final``: the run's final metrics, with the costs: ``train_s``, ``cpu_s`` (process CPU time),
   ``flops`` (training FLOPs), ``wall_s``, ``eval_s``;
-* ``evals``: each evaluation's step, accuracy, and the costs spent up to it.
+* ``evals``: each evaluation's step, accuracy (and a language model's perplexity), and the costs spent up to it.
 
 `cadence-bench report --records` builds every table and plot from these files alone (no MLflow);
 `cadence-bench grid` imports them into its MLflow store, a fresh one too, and skips what they hold;
@@ -42,7 +42,8 @@ __all__ = [
 
 FORMAT = 1
 EVAL_KEYS = {  # the per-evaluation metrics a record keeps, by their short name
-    "accuracy": "metrics/eval/MulticlassAccuracy",
+    "accuracy": "metrics/eval/MulticlassAccuracy",  # a language model's: next-token accuracy
+    "perplexity": "metrics/eval/LanguagePerplexity",  # language models only
     "train_s": "time/train_s",
     "cpu_s": "time/cpu_s",
     "flops": "cost/flops",

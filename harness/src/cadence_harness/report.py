@@ -61,6 +61,7 @@ class ArmSummary:
     reached: int
     target: float | None
     cpu_s: Interval = field(default_factory=lambda: t_interval([]))
+    perplexity: Interval = field(default_factory=lambda: t_interval([]))  # language models only
     flops: Interval = field(default_factory=lambda: t_interval([]))
     budget: str = ""
     cyclic: bool = False
@@ -125,6 +126,7 @@ def _summarize_group(records: list[RunRecord]) -> ArmSummary:
         reached=int(sum(_metric(records, "final/reached_target"))),
         target=_target(records),
         cpu_s=log_t_interval(_metric(records, "final/cpu_s")),
+        perplexity=log_t_interval(_metric(records, "final/perplexity")),
         flops=log_t_interval(_metric(records, "final/flops")),
         budget=first.budget,
         cyclic=bool(first.cycles),

@@ -28,7 +28,7 @@ from cadence_harness import data as datasets
 from cadence_harness import loaders
 from cadence_harness.budgets import CycleEnds, build_schedulers, cycles_of
 from cadence_harness.flops import FlopCounter
-from cadence_harness.models import build_image_model, build_text_model, build_tokenizer, tokenize
+from cadence_harness.models import build_image_model, build_text_model, build_tokenizer, pack_blocks, tokenize
 from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
 from cadence_harness.recipe import OPTIMIZERS, Recipe, build_algorithm
 from cadence_harness.runspec import RunSpec
@@ -169,6 +169,15 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
     if isinstance(dataset, datasets.TextData):
         vocab_size = recipe.model_kwargs.get("vocab_size", 8192)  # a setting of the tokenizer trained here
         tokenizer = build_tokenizer(recipe.model, dataset.train_text, vocab_size)
+        if recipe.task == "causal_lm":
+            train, evaluate = (
+                _language_loader(tokenizer, texts, recipe, device, seed, batch_size, train)
+                for texts, batch_size, train in (
+                    (dataset.train_text, recipe.batch_size, True),
+                    (dataset.test_text, eval_batch_size, False),
+                )
+            )
+            return RunData(train, evaluate, dataset, tokenizer)
         train, evaluate = (
             _text_loader(tokenizer, texts, labels, recipe, device, seed, batch_size, train)
             for texts, labels, batch_size, train in (
@@ -228,6 +237,20 @@ def _text_loader(
     )
 
 
+def _language_loader(
+    tokenizer: Any, texts: list[str], recipe: Recipe, device: torch.device, seed: int, batch_size: int, train: bool
+) -> loaders.TensorLoader:
+    blocks = pack_blocks(tokenizer, texts, recipe.max_length)
+    return loaders.TensorLoader(
+        tuple(t.to(device) for t in blocks.values()),
+        batch_size=batch_size,
+        shuffle=train,
+        drop_last=train,
+        seed=seed,
+        keys=tuple(blocks),
+    )
+
+
 def build_model(recipe: Recipe, data: RunData) -> Any:
     """The recipe's model, shaped for `data` (classes, channels and statistics of images; the tokenizer of text)."""
     dataset = data.dataset
@@ -238,6 +261,7 @@ def build_model(recipe: Recipe, data: RunData) -> Any:
             tokenizer=data.tokenizer,
             num_labels=dataset.num_classes,
             max_length=recipe.max_length,
+            causal_lm=recipe.task == "causal_lm",
             **kwargs,
         )
     else:

@@ -87,13 +87,14 @@ def _tflops(interval: Interval) -> str:
     return "—" if interval.n == 0 else interval.format(scale=1e-12, digits=3)
 
 
-def _row(s: ArmSummary, with_budget: bool) -> list[str]:
+def _row(s: ArmSummary, with_budget: bool, language: bool = False) -> list[str]:
     reached = f"{s.time_to_target.format(digits=1)} ({s.reached}/{s.n})" if s.target is not None else "—"
     return [
         s.arm,
         *([s.budget_label] if with_budget else []),
         str(s.n),
         s.accuracy.format(scale=100),
+        *([s.perplexity.format(digits=1) if s.perplexity.n else "—"] if language else []),
         s.accuracy_delta.format(scale=100) if s.accuracy_delta else "—",
         s.train_s.format(digits=1),
         s.cpu_s.format(digits=1) if s.cpu_s.n else "—",
@@ -110,11 +111,13 @@ def _row(s: ArmSummary, with_budget: bool) -> list[str]:
 def format_table(summaries: Sequence[ArmSummary]) -> str:
     """One row per configuration (arm and, when it varies, budget); 95% intervals over seeds."""
     with_budget = len({s.budget_label for s in summaries}) > 1
+    language = any(s.perplexity.n for s in summaries)  # a language model: accuracy is next-token accuracy
     columns = [
         "arm",
         *(["budget"] if with_budget else []),
         "seeds",
-        "accuracy %",
+        "next-token accuracy %" if language else "accuracy %",
+        *(["perplexity"] if language else []),
         "Δ accuracy (pp)",
         "train time (s)",
         "CPU time (s)",
@@ -126,7 +129,7 @@ def format_table(summaries: Sequence[ArmSummary]) -> str:
         "speedup to target",
         "peak memory (MB)",
     ]
-    rows = [columns, ["---"] * len(columns), *(_row(s, with_budget) for s in summaries)]
+    rows = [columns, ["---"] * len(columns), *(_row(s, with_budget, language) for s in summaries)]
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 

@@ -99,6 +99,7 @@ class RunTimer(Callback):
         self.tokens = 0
         self.time_to_target_s: float | None = None
         self.last_value: float | None = None
+        self.last_perplexity: float | None = None
         self.history: list[tuple[int, float, float]] = []  # (batch, train seconds, metric value)
         self._wall_start = 0.0
         self.wall_s = 0.0
@@ -156,6 +157,9 @@ class RunTimer(Callback):
             if self.target is not None and self.time_to_target_s is None and self.last_value >= self.target:
                 self.time_to_target_s = train_s
                 metrics["time/time_to_target_s"] = train_s
+        perplexity = state.eval_metrics.get("LanguagePerplexity")  # a language model's other quality measure
+        if perplexity is not None:
+            self.last_perplexity = float(perplexity.compute())
         logger.log_metrics(metrics)
         if self._paused:
             self.train.start()
@@ -187,6 +191,8 @@ class RunTimer(Callback):
             summary["final/tokens_per_s"] = self.tokens / train_s if train_s > 0 else 0.0
         if self.last_value is not None:
             summary["final/accuracy"] = self.last_value
+        if self.last_perplexity is not None:
+            summary["final/perplexity"] = self.last_perplexity
         if self.target is not None:
             summary["final/reached_target"] = float(self.time_to_target_s is not None)
             if self.time_to_target_s is not None:

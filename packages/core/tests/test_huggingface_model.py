@@ -106,6 +106,23 @@ def test_causal_lm_shifts_labels_and_matches_the_models_own_loss() -> None:
     assert math.isclose(float(metrics["LanguagePerplexity"].compute()), math.exp(float(outputs.loss)), rel_tol=1e-5)
 
 
+def test_token_accuracy_of_a_causal_lm_scores_each_next_token() -> None:
+    from torchmetrics.classification import MulticlassAccuracy
+
+    model = HuggingFaceModel(
+        tiny_gpt2(), eval_metrics={"acc": MulticlassAccuracy(VOCAB, average="micro", ignore_index=-100)}
+    )
+    batch = lm_batch()
+    with torch.no_grad():
+        outputs = model.eval_forward(batch)
+    metric = model.get_metrics(is_train=False)["acc"]
+    model.update_metric(batch, outputs, metric)
+    predicted, target = outputs.logits[:, :-1].argmax(-1), batch["labels"][:, 1:]
+    kept = target != -100
+    expected = (predicted[kept] == target[kept]).double().mean()
+    assert kept.sum() > 0 and math.isclose(float(metric.compute()), float(expected), rel_tol=1e-6)
+
+
 def test_language_cross_entropy_weights_batches_by_tokens() -> None:
     metric = LanguageCrossEntropy()
     logits_a, target_a = torch.randn(1, 4, 5), torch.tensor([[1, 2, -100, -100]])

@@ -19,6 +19,8 @@ __all__ = [
     "ComposerModel",
     "CrossEntropy",
     "HuggingFaceModel",
+    "LanguageCrossEntropy",
+    "LanguagePerplexity",
     "Model",
     "soft_cross_entropy",
     "timm_model",
@@ -28,6 +30,8 @@ __all__ = [
 _LAZY = {
     "CrossEntropy": "cadence.metrics",
     "HuggingFaceModel": "cadence.models.huggingface",
+    "LanguageCrossEntropy": "cadence.models.huggingface",
+    "LanguagePerplexity": "cadence.models.huggingface",
     "timm_model": "cadence.models.timm",
 }
 

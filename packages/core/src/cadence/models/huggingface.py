@@ -206,6 +206,8 @@ class HuggingFaceModel(Model):
             return
         if labels.is_floating_point() and labels.shape == logits.shape:
             labels = labels.argmax(dim=-1)  # dense (smoothed or mixed) targets: score the main class
+        if logits.dim() > 2:  # one prediction per token: torchmetrics wants classes in dim 1, so flatten
+            logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
         metric.update(logits, labels)
 
 
