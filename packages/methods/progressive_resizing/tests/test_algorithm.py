@@ -15,26 +15,45 @@ def _apply(algorithm: ProgressiveResizing, batch: object, at_batch: int = 0, max
     state.batch = batch
     state.timestamp = Timestamp(batch=at_batch, batch_in_epoch=at_batch)
     destination = InMemoryLogger()
-    for event in (Event.INIT, Event.AFTER_DATALOADER):
-        assert algorithm.match(event, state)
-        algorithm.apply(event, state, Logger(state, [destination]))
+    assert algorithm.match(Event.AFTER_DATALOADER, state)
+    algorithm.apply(Event.AFTER_DATALOADER, state, Logger(state, [destination]))
     return state, destination
 
 
-def test_matches_only_init_and_after_dataloader() -> None:
+def test_matches_only_after_dataloader() -> None:
+    """Composer's ProgressiveResizing runs on AFTER_DATALOADER and on no other event (INIT included)."""
     state = State(model=tiny_image_classifier())
-    assert [e for e in Event if ProgressiveResizing().match(e, state)] == [Event.INIT, Event.AFTER_DATALOADER]
+    assert [e for e in Event if ProgressiveResizing().match(e, state)] == [Event.AFTER_DATALOADER]
 
 
-@pytest.mark.parametrize(("at_batch", "width"), [(0, 16), (5, 16), (6, 20), (7, 28), (8, 32), (9, 32)])
-def test_follows_the_schedule_over_a_run(at_batch: int, width: int) -> None:
-    """10 batches, delay 0.5, finetune 0.2: 0.5 until batch 5, ramp over batches 5-8, full size from batch 8."""
-    batch = (torch.rand(2, 3, 32, 32), torch.arange(2))
-    state, logged = _apply(ProgressiveResizing(), batch, at_batch)
-    assert state.batch[0].shape == (2, 3, width, width)
-    assert logged.data["progressive_resizing/width"][-1][1] == width
-    if width == 32:
-        assert state.batch[0] is batch[0]  # full size: the very same tensor, no copy
+def test_default_resize_is_composers_nearest_and_bilinear_is_an_option() -> None:
+    x = torch.rand(2, 3, 16, 16)
+    nearest, _ = _apply(ProgressiveResizing(), (x, torch.arange(2)))
+    assert torch.equal(nearest.batch[0], x[..., ::2, ::2])  # nearest at 1/2: every other pixel
+    smooth, _ = _apply(ProgressiveResizing(interpolation="bilinear"), (x, torch.arange(2)))
+    assert smooth.batch[0].shape == (2, 3, 8, 8) and not torch.equal(smooth.batch[0], x[..., ::2, ::2])
+
+
+def test_crop_generator_resumes_from_a_checkpoint_even_when_reused() -> None:
+    """The loaded generator state survives the run's first batch, also for an instance that already ran."""
+    x = torch.rand(2, 3, 16, 16)
+
+    def crops(algorithm: ProgressiveResizing, count: int) -> list[torch.Tensor]:
+        state = State(model=tiny_image_classifier(), max_duration="10ba")  # one run
+        out = []
+        for _ in range(count):
+            state.batch = (x, torch.arange(2))
+            algorithm.apply(Event.AFTER_DATALOADER, state, Logger(state))
+            out.append(state.batch[0])
+        return out
+
+    first = ProgressiveResizing(mode="crop", seed=3)
+    crops(first, 1)
+    saved = first.state_dict()
+    expected = crops(ProgressiveResizing(mode="crop", seed=3), 2)[1]  # the uninterrupted run's second crop
+    for resumed in (ProgressiveResizing(mode="crop", seed=3), first):
+        resumed.load_state_dict(saved)
+        assert torch.equal(crops(resumed, 1)[0], expected)
 
 
 def test_dict_batch_and_segmentation_targets() -> None:
@@ -71,6 +90,7 @@ def test_needs_max_duration() -> None:
         ({"delay_fraction": 0.6, "finetune_fraction": 0.5}, "must be <= 1"),
         ({"size_increment": 0}, "`size_increment`"),
         ({"mode": "bicubic"}, "`mode`"),
+        ({"interpolation": "area"}, "`interpolation`"),
     ],
 )
 def test_bad_hyperparameters_raise_at_construction(kwargs: dict, match: str) -> None:
@@ -83,5 +103,5 @@ def test_effects_and_repr() -> None:
     assert ProgressiveResizing(resize_targets=True).effects().writes == {Resource.INPUTS, Resource.TARGETS}
     assert repr(ProgressiveResizing()) == (
         "ProgressiveResizing(mode='resize', initial_scale=0.5, finetune_fraction=0.2, delay_fraction=0.5, "
-        "size_increment=4, resize_targets=False, input_key=0, target_key=1, seed=None)"
+        "size_increment=4, resize_targets=False, input_key=0, target_key=1, interpolation='nearest', seed=None)"
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from cadence_progressive_resizing import progressive_resizing_scale, resize_batch
 
 
@@ -77,12 +76,45 @@ def test_crop_target_at_another_resolution_covers_the_same_region() -> None:
     )
 
 
-def test_resize_is_bilinear_for_images_and_nearest_for_targets() -> None:
-    x = torch.rand(2, 3, 16, 16)
-    labels = torch.randint(0, 5, (2, 16, 16))
-    new_x, new_labels = resize_batch(x, labels, 0.5, resize_targets=True)
-    assert torch.allclose(new_x, F.avg_pool2d(x, 2))  # bilinear at exactly 1/2 averages each 2x2 block
+def _nearest_reference(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """Composer's 'resize': nearest neighbour at `scale`, output pixel i reading source pixel floor(i / scale)."""
+    rows = [int(i / scale) for i in range(int(x.shape[-2] * scale))]
+    cols = [int(i / scale) for i in range(int(x.shape[-1] * scale))]
+    return x[..., rows, :][..., cols]
+
+
+@pytest.mark.parametrize(("size", "scale"), [(16, 0.5), (16, 0.75), (20, 0.6), (32, 0.25)])
+def test_resize_defaults_to_composers_nearest_for_images_and_targets(size: int, scale: float) -> None:
+    x = torch.rand(2, 3, size, size)
+    labels = torch.randint(0, 5, (2, size, size))
+    new_x, new_labels = resize_batch(x, labels, scale, resize_targets=True)
+    assert torch.equal(new_x, _nearest_reference(x, scale))  # the very pixels, no blending
+    assert torch.equal(new_labels, _nearest_reference(labels, scale))
+    assert torch.equal(resize_batch(x, None, scale, interpolation="nearest")[0], new_x)
+
+
+def test_nearest_keeps_the_pinned_size_where_floating_point_falls_short() -> None:
+    # 44 * (30 / 44) is 29.999...: int() of it gives 29, the schedule asked for 30
+    x = torch.rand(1, 3, 44, 44)
+    assert resize_batch(x, None, 30 / 44)[0].shape[-2:] == (30, 30)
+
+
+def test_bilinear_is_antialiased_like_pil_and_targets_stay_classes() -> None:
+    image_module = pytest.importorskip("PIL.Image")
+    pixels = torch.randint(0, 256, (1, 3, 24, 24), dtype=torch.uint8)
+    labels = torch.randint(0, 5, (1, 24, 24))
+    new_x, new_labels = resize_batch(pixels, labels, 0.5, resize_targets=True, interpolation="bilinear")
+    pil = image_module.frombytes("RGB", (24, 24), pixels[0].permute(1, 2, 0).contiguous().numpy().tobytes())
+    pil_small = pil.resize((12, 12), image_module.BILINEAR)  # PIL filters over every covered source pixel
+    expected = torch.frombuffer(bytearray(pil_small.tobytes()), dtype=torch.uint8).view(12, 12, 3).permute(2, 0, 1)
+    assert (new_x[0].int() - expected.int()).abs().max() <= 1
+    assert not torch.equal(new_x, _nearest_reference(pixels, 0.5))
     assert set(new_labels.unique().tolist()) <= set(labels.unique().tolist())  # classes are never blended
+
+
+def test_unknown_interpolation_is_refused() -> None:
+    with pytest.raises(ValueError, match="`interpolation`"):
+        resize_batch(torch.rand(1, 3, 8, 8), None, 0.5, interpolation="bicubic")
 
 
 def test_keeps_dtype_device_and_channels_last() -> None:

@@ -9,9 +9,15 @@ import torch.nn.functional as F
 
 from cadence.ops.checks import check_bool, check_choice, check_int, check_number
 
-__all__ = ["check_resizing_args", "progressive_resizing_scale", "resize_batch"]
+__all__ = ["check_interpolation", "check_resizing_args", "progressive_resizing_scale", "resize_batch"]
 
 _MODES = ("resize", "crop")
+_INTERPOLATIONS = ("nearest", "bilinear")
+
+
+def check_interpolation(interpolation: str) -> str:
+    """`interpolation` if it is 'nearest' (Composer's) or 'bilinear' (antialiased), else a ValueError."""
+    return check_choice("interpolation", interpolation, _INTERPOLATIONS)
 
 
 def check_resizing_args(
@@ -65,6 +71,7 @@ def resize_batch(
     mode: str = "resize",
     resize_targets: bool = False,
     *,
+    interpolation: str = "nearest",
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Shrink a batch of images (and, optionally, dense targets) to ``int(scale_factor * size)``.
@@ -73,9 +80,15 @@ def resize_batch(
         input: images ``(N, C, H, W)``; any device, dtype or memory format (all kept).
         target: returned as is unless `resize_targets`; then a mask ``(N, H', W')`` or ``(N, C', H', W')``.
         scale_factor: the new size over the old; ``>= 1`` returns `input` and `target` themselves.
-        mode: 'resize' interpolates (bilinear for images, nearest-exact for targets so class
-            indices are never blended); 'crop' takes one random crop, the same for the whole batch.
+        mode: 'resize' interpolates (see `interpolation`); 'crop' takes one random crop, the same
+            for the whole batch.
         resize_targets: shrink the target the same way (segmentation).
+        interpolation: how 'resize' samples. 'nearest' (default) is Composer's: nearest neighbour at
+            `scale_factor` (``F.interpolate(..., scale_factor=s, mode='nearest')``), the same image for
+            the same call, images and targets alike; it skips pixels, so fine detail aliases.
+            'bilinear' is antialiased bilinear (every source pixel contributes, as PIL's resize),
+            smoother but several times the cost of 'nearest'; targets then take
+            'nearest-exact' (centred like the images, classes never blended).
         generator: draws the crop position (the global RNG when None); on the input's device.
 
     Returns:
@@ -84,6 +97,7 @@ def resize_batch(
     check_choice("mode", mode, _MODES)
     check_number("scale_factor", scale_factor, gt=0)
     check_bool("resize_targets", resize_targets)
+    check_interpolation(interpolation)
     if not isinstance(input, torch.Tensor) or input.ndim != 4:
         raise ValueError(f"`input` must be an (N, C, H, W) tensor, got {getattr(input, 'shape', type(input))}")
     if resize_targets and (not isinstance(target, torch.Tensor) or target.ndim not in (3, 4)):
@@ -92,8 +106,9 @@ def resize_batch(
         return input, target
     if mode == "crop":
         return _crop(input, target, scale_factor, resize_targets, generator)
-    new_input = _interpolate(input, scale_factor, "bilinear")
-    return new_input, (_interpolate(target, scale_factor, "nearest-exact") if resize_targets else target)
+    new_input = _interpolate(input, scale_factor, interpolation)
+    target_mode = "nearest" if interpolation == "nearest" else "nearest-exact"
+    return new_input, (_interpolate(target, scale_factor, target_mode) if resize_targets else target)
 
 
 def _size(size: int, scale: float) -> int:
@@ -104,7 +119,13 @@ def _interpolate(x: torch.Tensor, scale: float, mode: str) -> torch.Tensor:
     images = x.unsqueeze(1) if x.ndim == 3 else x
     size = (_size(images.shape[-2], scale), _size(images.shape[-1], scale))
     work = images if images.is_floating_point() else images.float()
-    out = F.interpolate(work, size=size, mode=mode, **({"align_corners": False} if mode == "bilinear" else {}))
+    if mode == "bilinear":
+        out = F.interpolate(work, size=size, mode="bilinear", align_corners=False, antialias=True)
+    elif mode == "nearest" and size == tuple(math.floor(n * scale) for n in images.shape[-2:]):
+        # Composer's call, so the same pixels are picked (they depend on passing the scale, not the size)
+        out = F.interpolate(work, scale_factor=scale, mode="nearest", recompute_scale_factor=False)
+    else:  # nearest-exact, or a scale k / n that floating point puts just below k (Composer: k - 1 pixels)
+        out = F.interpolate(work, size=size, mode=mode)
     if not images.is_floating_point():
         out = out.round().to(images.dtype)
     out = _same_format(out, images)
