@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cadence_colout import ColOut
+from cadence_colout import ColOut, ColOutTransform
+from torch.utils.data import DataLoader, Dataset
 
-from cadence import Event, Logger, Resource, State
+from cadence import Callback, Event, Logger, Resource, State, Trainer
 from cadence.testing import tiny_image_classifier
 
 
@@ -19,9 +20,16 @@ def _run(algorithm: ColOut, batch: object) -> State:
     return state
 
 
-def test_matches_only_init_and_after_dataloader() -> None:
+def test_batch_mode_matches_init_and_after_dataloader() -> None:
     state = State(model=tiny_image_classifier())
     assert [e for e in Event if ColOut().match(e, state)] == [Event.INIT, Event.AFTER_DATALOADER]
+
+
+def test_sample_mode_matches_fit_start_never_after_dataloader() -> None:
+    """Composer: ColOut(batch=False) acts at FIT_START (a dataset transform), not on the batch."""
+    state = State(model=tiny_image_classifier())
+    state.dataloader = DataLoader(CodedImages())
+    assert [e for e in Event if ColOut(batch=False).match(e, state)] == [Event.INIT, Event.FIT_START]
 
 
 def test_batch_mode_drops_lines_and_leaves_labels() -> None:
@@ -31,11 +39,62 @@ def test_batch_mode_drops_lines_and_leaves_labels() -> None:
     assert state.batch[0].shape == (4, 3, 17, 17) and state.batch[1] is y and batch[0] is x
 
 
-def test_sample_mode_differs_per_image() -> None:
-    code = (torch.arange(24)[:, None] * 100 + torch.arange(24)[None, :]).float().expand(8, 1, 24, 24).clone()
-    state = _run(ColOut(p_row=0.5, p_col=0.5, batch=False), (code, torch.arange(8)))
-    rows = state.batch[0][:, 0, :, 0]
+class CodedImages(Dataset):
+    """A torchvision-style dataset: ``transform`` runs on each raw CHW image, whose pixels encode (row, col)."""
+
+    def __init__(self, n: int = 8):
+        self.n, self.transform = n, None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        image = (torch.arange(24)[:, None] * 100 + torch.arange(24)[None, :]).float().expand(1, 24, 24).clone()
+        image = self.transform(image) if self.transform is not None else image
+        return image, index % 4
+
+
+class Batches(Callback):
+    def __init__(self):
+        self.inputs: list[torch.Tensor] = []
+
+    def run_event(self, event, state, logger) -> None:
+        if event is Event.AFTER_DATALOADER:
+            self.inputs.append(state.batch[0])
+
+
+def test_sample_mode_adds_a_dataset_transform_at_fit_start() -> None:
+    dataset, seen = CodedImages(), Batches()
+    algorithm = ColOut(p_row=0.5, p_col=0.5, batch=False)
+    model = tiny_image_classifier(in_channels=1)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(dataset, batch_size=8),
+        max_duration="1ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
+        algorithms=[algorithm],
+        callbacks=[seen],
+        device="cpu",
+        seed=0,
+        progress_bar=False,
+    )
+    trainer.fit()
+    assert isinstance(dataset.transform, ColOutTransform)
+    rows = seen.inputs[0][:, 0, :, 0]  # each image kept its own 12 rows
     assert rows.shape == (8, 12) and any(not torch.equal(rows[0], r) for r in rows[1:])
+    assert algorithm.effects().writes == {Resource.DATA}
+    trainer.state.max_duration = trainer.state.max_duration + trainer.state.max_duration
+    trainer.fit()  # a second fit must not add the transform twice
+    assert isinstance(dataset.transform, ColOutTransform) and seen.inputs[-1].shape[-2:] == (12, 12)
+
+
+def test_sample_mode_needs_a_dataset_with_a_transform() -> None:
+    algorithm = ColOut(batch=False)
+    state = State(model=tiny_image_classifier())
+    state.dataloader = DataLoader(torch.utils.data.TensorDataset(torch.rand(4, 3, 8, 8)))
+    algorithm.apply(Event.INIT, state, Logger(state))
+    with pytest.raises(TypeError, match="no `transform` attribute"):
+        algorithm.apply(Event.FIT_START, state, Logger(state))
 
 
 def test_dict_batch_with_segmentation_target() -> None:
@@ -69,6 +128,7 @@ def test_generator_state_resumes_the_same_lines() -> None:
         ({"p_col": -0.1}, ValueError, "`p_col`"),
         ({"resize_target": "always"}, ValueError, "`resize_target`"),
         ({"batch": "yes"}, TypeError, "`batch`"),
+        ({"batch": False, "resize_target": True}, ValueError, "resize_target=True"),
     ],
 )
 def test_bad_hyperparameters_raise_at_construction(kwargs: dict, error: type, match: str) -> None:
