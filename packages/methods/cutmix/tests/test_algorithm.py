@@ -238,3 +238,24 @@ def test_matches_only_its_mode_events() -> None:
     assert not CutMix(interpolate_loss=True).match(Event.BEFORE_LOSS, state)
     assert not CutMix().match(Event.AFTER_DATALOADER, state)
     assert "0x" not in repr(CutMix())
+
+
+def test_composer_attributes_describe_the_last_step_and_stay_out_of_checkpoints() -> None:
+    """Composer's CutMix keeps ``_indices``, ``_permuted_target``, ``_adjusted_lambda`` and ``_bbox``."""
+    from cadence import Logger, State
+
+    method = CutMix(seed=2)
+    assert method.indices.numel() == 0 and method._indices.numel() == 0 and method.permuted_target.numel() == 0
+    x, y = torch.rand(6, 3, 8, 8), torch.arange(6)
+    state = State(model=tiny_image_classifier())
+    state.batch = (x, y)
+    method.apply(Event.INIT, state, Logger(state))
+    method.apply(Event.BEFORE_FORWARD, state, Logger(state))
+    x1, y1, x2, y2 = method._bbox
+    assert method._bbox == method.bbox and method._indices is method.indices
+    assert method._adjusted_lambda == method.area == pytest.approx(1 - (x2 - x1) * (y2 - y1) / 64)
+    expected = x.clone()
+    expected[..., x1:x2, y1:y2] = x[method.indices][..., x1:x2, y1:y2]  # Composer: x along H, y along W
+    assert torch.equal(state.batch[0], expected)
+    assert torch.equal(method._permuted_target, y[method.indices])
+    assert set(method.state_dict()) == {"rng"}  # the next step draws anew from the generators

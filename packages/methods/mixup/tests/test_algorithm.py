@@ -220,3 +220,21 @@ def test_matches_only_its_mode_events() -> None:
     assert MixUp().match(Event.BEFORE_LOSS, state)
     assert not MixUp(interpolate_loss=True).match(Event.BEFORE_LOSS, state)
     assert not MixUp().match(Event.AFTER_DATALOADER, state)
+
+
+def test_composer_attributes_describe_the_last_step_and_stay_out_of_checkpoints() -> None:
+    """Composer's MixUp exposes ``mixing``, ``indices`` and ``permuted_target`` (empty before the first step)."""
+    from cadence import Logger, State
+
+    method = MixUp(alpha=1.0, seed=2)
+    assert method.mixing == 0.0 and method.indices.numel() == 0 and method.permuted_target.numel() == 0
+    x, y = torch.rand(6, 3, 4, 4), torch.arange(6)
+    state = State(model=tiny_image_classifier(NUM_CLASSES))
+    state.batch = (x, y)
+    method.apply(Event.INIT, state, Logger(state))
+    method.apply(Event.BEFORE_FORWARD, state, Logger(state))
+    m, indices = method.mixing, method.indices
+    assert 0 <= m <= 0.5 and sorted(indices.tolist()) == list(range(6))
+    assert torch.allclose(state.batch[0], (1 - m) * x + m * x[indices])
+    assert torch.equal(method.permuted_target, y[indices])
+    assert set(method.state_dict()) == {"rng"}  # the next step draws anew from the generators

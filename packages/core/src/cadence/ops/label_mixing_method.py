@@ -35,6 +35,9 @@ class LabelMixingMethod(RandomMethod):
 
     Attributes (Composer's names): ``indices``, each example's partner in the current microbatch;
     ``permuted_target``, the partners' targets; ``partner_weight``, the partner's share of the mix.
+    Before the first step ``indices`` and ``permuted_target`` are empty tensors, as in Composer.
+    They describe the last microbatch only, so checkpoints leave them out (the generators'
+    states in ``state_dict`` are what an exact resume needs: the next step draws anew).
     """
 
     events = (Event.INIT, Event.BEFORE_FORWARD, Event.BEFORE_LOSS, Event.AFTER_LOSS)
@@ -44,8 +47,8 @@ class LabelMixingMethod(RandomMethod):
         self.interpolate_loss = check_bool("interpolate_loss", interpolate_loss)
         self.input_key = check_batch_key("input_key", input_key)
         self.target_key = check_batch_key("target_key", target_key)
-        self.indices: torch.Tensor | None = None
-        self.permuted_target: Any = None
+        self.indices: torch.Tensor = torch.empty(0, dtype=torch.long)
+        self.permuted_target: Any = torch.empty(0)
         self.partner_weight = 0.0
         self._original_target: Any = None
 

@@ -20,7 +20,9 @@ class CutMix(LabelMixingMethod):
     BEFORE_FORWARD pastes the box (``bbox``) into the inputs; BEFORE_LOSS replaces the targets by
     ``area * y + (1 - area) * y[indices]`` (dense; segmentation targets take the box) and AFTER_LOSS puts
     the original targets back. With ``interpolate_loss=True``, AFTER_LOSS interpolates the loss instead.
-    Every microbatch draws its own box and partners.
+    Every microbatch draws its own box and partners. After a step, ``indices``, ``permuted_target``,
+    ``area`` (Composer's adjusted lambda: the share of each image kept) and ``bbox`` describe it
+    (Composer's ``_indices``, ``_permuted_target``, ``_adjusted_lambda`` and ``_bbox`` read the same).
     """
 
     order = 30  # the innermost of LabelSmoothing (10), MixUp (20), CutMix: see the card's Composition section
@@ -52,6 +54,23 @@ class CutMix(LabelMixingMethod):
         mixed, self.permuted_target, self.area, self.bbox = cutmix_batch(input, target, bbox=box, indices=indices)
         self.indices, self.partner_weight = indices, 1.0 - self.area
         return mixed
+
+    # Composer's CutMix keeps its draws under private names; the same values, read-only, for code that reads them
+    @property
+    def _indices(self) -> torch.Tensor:
+        return self.indices
+
+    @property
+    def _permuted_target(self) -> Any:
+        return self.permuted_target
+
+    @property
+    def _adjusted_lambda(self) -> float:
+        return self.area
+
+    @property
+    def _bbox(self) -> tuple[int, int, int, int]:
+        return self.bbox
 
     def mix_targets(self, target: torch.Tensor, state: State) -> torch.Tensor:
         if is_segmentation_target(target, state.batch_get_item(self.input_key)):
