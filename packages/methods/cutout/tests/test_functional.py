@@ -140,3 +140,26 @@ def test_bad_inputs_raise() -> None:
         cutout_batch(torch.rand(4, 4))
     with pytest.raises(TypeError, match="`uniform_sampling`"):
         cutout_batch(torch.rand(1, 1, 4, 4), uniform_sampling="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_pil_image_in_pil_image_out(mode: str) -> None:
+    """Composer's cutout_batch keeps the type: a PIL image gets a square hole (side int(min(H, W) * length))."""
+    image_module = pytest.importorskip("PIL.Image")
+    image = image_module.new(mode, (20, 12), 200 if mode == "L" else (200, 150, 100))  # W 20, H 12
+    out = cutout_batch(image, length=0.5, generator=torch.Generator().manual_seed(0))
+    assert isinstance(out, image_module.Image) and out.mode == mode and out.size == image.size
+    pixels = torch.frombuffer(bytearray(out.tobytes()), dtype=torch.uint8).view(12, 20, len(out.getbands()))
+    zero = (pixels == 0).all(dim=-1)
+    rows, cols = zero.any(dim=1).nonzero().flatten(), zero.any(dim=0).nonzero().flatten()
+    assert 0 < len(rows) <= 6 and 0 < len(cols) <= 6  # side int(12 * 0.5) = 6, clipped at the border
+    assert zero.sum() == len(rows) * len(cols)  # one contiguous rectangle
+    assert torch.equal(rows, torch.arange(rows[0], rows[-1] + 1)) and torch.equal(
+        cols, torch.arange(cols[0], cols[-1] + 1)
+    )
+    untouched = pixels[~zero]
+    assert torch.equal(
+        untouched,
+        torch.tensor(image.getpixel((0, 0)) if mode == "RGB" else (200,)).expand_as(untouched).to(torch.uint8),
+    )
+    assert image.getpixel((0, 0)) == (200 if mode == "L" else (200, 150, 100))  # the input is not changed

@@ -1,10 +1,13 @@
-"""CutOut as pure tensor functions: zero square holes, one position per image, on the device."""
+"""CutOut as pure functions: zero square holes, one position per image, on the device (or in a PIL image)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from cadence.ops.checks import check_bool, check_int, check_number
+from cadence.ops.pil import is_pil_image, pil_to_tensor, tensor_to_pil
 
 __all__ = ["check_cutout_args", "cutout_batch"]
 
@@ -17,13 +20,13 @@ def check_cutout_args(num_holes: int, length: float, uniform_sampling: bool) -> 
 
 
 def cutout_batch(
-    input: torch.Tensor,
+    input: Any,
     num_holes: int = 1,
     length: float = 0.5,
     uniform_sampling: bool = False,
     *,
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> Any:
     """Set `num_holes` square holes to zero in every image, each image with its own positions.
 
     The network cannot rely on any single region of an object, which regularises it like
@@ -32,7 +35,8 @@ def cutout_batch(
     from the per-image coordinates by broadcasting, so there is no loop over images.
 
     Args:
-        input: images ``(N, C, H, W)`` or one image ``(C, H, W)``; any dtype, device or memory format.
+        input: images ``(N, C, H, W)``, one image ``(C, H, W)`` (any dtype, device or memory format),
+            or a PIL image (8 bits per band, e.g. 'L' or 'RGB'), as Composer accepts.
         num_holes: holes per image; they may overlap.
         length: side of a hole as a fraction of ``min(H, W)``: ``int(min(H, W) * length)`` pixels,
             clipped where the hole crosses the border. In (0, 1].
@@ -43,12 +47,16 @@ def cutout_batch(
         generator: draws the positions (the global RNG when None); it must live on ``input``'s device.
 
     Returns:
-        A new tensor like `input` (dtype, device, memory format) with the holes set to 0.
+        A new tensor like `input` (dtype, device, memory format), or a new PIL image of the same mode,
+        with the holes set to 0.
     """
     check_cutout_args(num_holes, length, uniform_sampling)
+    if is_pil_image(input):
+        holes = cutout_batch(pil_to_tensor(input), num_holes, length, uniform_sampling, generator=generator)
+        return tensor_to_pil(holes, input.mode)
     if not isinstance(input, torch.Tensor) or input.ndim not in (3, 4):
         shape = tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
-        raise TypeError(f"`input` must be a (N, C, H, W) or (C, H, W) tensor, got {shape}")
+        raise TypeError(f"`input` must be a (N, C, H, W) or (C, H, W) tensor or a PIL image, got {shape}")
     images = input.unsqueeze(0) if input.ndim == 3 else input
     num_images, _, height, width = images.shape
     side = int(min(height, width) * length)
