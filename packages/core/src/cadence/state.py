@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -10,11 +11,14 @@ import torch
 from cadence.batch import BatchKey, batch_get_item, batch_set_item
 from cadence.precision import Precision
 from cadence.time import Time, TimeLike, Timestamp, TimeUnit, parse_time
+from cadence.timestring import Count
 
 if TYPE_CHECKING:
     from torchmetrics import Metric
 
 __all__ = ["Hook", "State"]
+
+_DURATION_UNITS = (TimeUnit.EPOCH, TimeUnit.BATCH, TimeUnit.SAMPLE, TimeUnit.TOKEN)
 
 
 class Hook(Protocol):
@@ -44,8 +48,11 @@ class State:
         optimizers, schedulers: lists (a single object is wrapped).
         batch, outputs, loss: the current (micro)batch, the forward's outputs, the loss tensor.
         timestamp: where the run is (`Timestamp`); replaced, never mutated.
-        max_duration: the length of the run (`Time`), or None.
-        dataloader, dataloader_len: the active training loader and its number of batches per epoch.
+        max_duration: the length of the run (`Time` in ep, ba, sp or tok), or None; assigning a string
+            or an int (epochs) converts it, as in Composer (``state.max_duration = '10ep'``).
+        dataloader, dataloader_label, dataloader_len: the active loader, its label and its number of
+            batches per epoch (an int that also reads as Composer's ``Time`` in ba); see `set_dataloader`.
+        train_dataloader: the training loader (cadence trains from it; `dataloader` is the same loader).
         device, precision, rank, world_size, rank_zero_seed: the run's environment.
         checkpoint_due: True while the methods run on BATCH_CHECKPOINT, EPOCH_CHECKPOINT or FIT_END
             when the trainer writes a checkpoint right after them (a method that swaps weights for
@@ -69,21 +76,15 @@ class State:
         rank: int = 0,
         world_size: int = 1,
         run_name: str = "run",
+        dataloader_label: str | None = None,
     ):
         self.model = model
-        self.max_duration = None if max_duration is None else parse_time("max_duration", max_duration)
-        if self.max_duration is not None and self.max_duration.unit is TimeUnit.DURATION:
-            raise ValueError(
-                f"max_duration={max_duration!r}: 'dur' is relative to max_duration itself; use ep/ba/sp/tok"
-            )
+        self.max_duration = max_duration  # type: ignore[assignment]  # the setter makes it a Time
         self.rank_zero_seed = rank_zero_seed
+        self.train_dataloader = dataloader
         self.dataloader = dataloader
-        if dataloader_len is None and dataloader is not None:
-            try:
-                dataloader_len = len(dataloader)  # type: ignore[arg-type]
-            except TypeError:
-                dataloader_len = None
-        self.dataloader_len = dataloader_len
+        self.dataloader_label = dataloader_label or ("train" if dataloader is not None else None)
+        self.dataloader_len = dataloader_len  # type: ignore[assignment]  # None or -1: len(dataloader)
         self.optimizers: list[torch.optim.Optimizer] = _as_list(optimizers)
         self.schedulers: list[Any] = _as_list(schedulers)
         self.scaler: torch.amp.GradScaler | None = None
@@ -116,7 +117,66 @@ class State:
     def batch_set_item(self, key: BatchKey, value: Any) -> None:
         self.batch = batch_set_item(self.batch, key, value)
 
+    # Data ------------------------------------------------------------------------
+    def set_dataloader(
+        self, dataloader: Iterable[Any] | None = None, dataloader_label: str | None = None, dataloader_len: Any = -1
+    ) -> None:
+        """Make `dataloader` the active loader, as Composer's ``State.set_dataloader`` does.
+
+        `dataloader_label` names it (required with a loader); `dataloader_len` is its number of
+        batches per epoch (an int or a `Time` in ba), -1 for ``len(dataloader)``; a length above
+        ``len(dataloader)`` is cut to it with a warning. No loader clears the label and the length.
+        """
+        if dataloader is not None and dataloader_label is None:
+            raise ValueError("set_dataloader(dataloader, dataloader_label=None): name the loader, e.g. 'train'")
+        self.dataloader = dataloader
+        self.dataloader_label = None if dataloader is None else dataloader_label
+        self.dataloader_len = None if dataloader is None else dataloader_len
+
+    @property
+    def dataloader_len(self) -> Count | None:
+        """Batches per epoch of the active loader, or None when unknown."""
+        return self._dataloader_len
+
+    @dataloader_len.setter
+    def dataloader_len(self, num_batches: int | Time | None) -> None:
+        if isinstance(num_batches, Time):
+            num_batches = int(parse_time("dataloader_len", num_batches, units=(TimeUnit.BATCH,)).value)
+        if num_batches is not None and (isinstance(num_batches, bool) or not isinstance(num_batches, int)):
+            raise TypeError(f"dataloader_len={num_batches!r} must be a number of batches (an int), -1 or None")
+        try:
+            loader_len: int | None = len(self.dataloader)  # type: ignore[arg-type]
+        except TypeError:
+            loader_len = None
+        if num_batches is None or num_batches < 0:
+            num_batches = loader_len
+        elif loader_len is not None and num_batches > loader_len:
+            warnings.warn(
+                f"dataloader_len={num_batches} is more than the loader's {loader_len} batches; using {loader_len}",
+                stacklevel=2,
+            )
+            num_batches = loader_len
+        self._dataloader_len = None if num_batches is None else Count(num_batches, TimeUnit.BATCH)
+
     # Time ------------------------------------------------------------------------
+    @property
+    def max_duration(self) -> Time | None:
+        """The length of the run; set it to a `Time`, a string (``'10ep'``) or an int (epochs)."""
+        return self._max_duration
+
+    @max_duration.setter
+    def max_duration(self, max_duration: TimeLike | None) -> None:
+        if max_duration is not None:
+            max_duration = parse_time("max_duration", max_duration)
+            if max_duration.unit not in _DURATION_UNITS:
+                why = (
+                    "'dur' is relative to max_duration itself"
+                    if max_duration.unit is TimeUnit.DURATION
+                    else ("cadence's trainer counts epochs, batches, samples and tokens")
+                )
+                raise ValueError(f"max_duration={max_duration}: {why}; use ep, ba, sp or tok, e.g. '10ep'")
+        self._max_duration = max_duration
+
     @property
     def max_batches(self) -> int | None:
         """The run's length in batches, when it can be known (ba, or ep with a sized loader)."""
@@ -145,11 +205,16 @@ class State:
             return round(time.value * self.max_batches)
         raise ValueError(f"cannot convert {time} to batches; schedules take ba, ep or dur")
 
-    def get_elapsed_duration(self) -> Time | None:
-        """The fraction of `max_duration` elapsed, as ``Time(x, 'dur')``, batch-grained when possible."""
+    def get_elapsed_duration(self, whole_units: bool = False) -> Time | None:
+        """The fraction of `max_duration` elapsed, as ``Time(x, 'dur')``, at most 1.
+
+        Batch-grained when possible: with ``max_duration='10ep'``, 5 of 10 batches into the first epoch
+        is 0.05, so schedules and methods move every batch and a resumed run sees the same values.
+        ``whole_units=True`` gives Composer's count, whole units of max_duration's unit (0.0 there).
+        """
         if self.max_duration is None:
             return None
-        max_batches = self.max_batches
+        max_batches = None if whole_units else self.max_batches
         if max_batches:
             fraction = self.timestamp.batch / max_batches
         else:
