@@ -145,3 +145,22 @@ def test_the_accelerator_path_never_synchronises(monkeypatch: pytest.MonkeyPatch
     with recording_ops() as names:
         augmix_batch(images, generator=torch.Generator().manual_seed(0))
     assert "grid_sampler_2d" in names and not names & HOST_SYNC_OPS
+
+
+@pytest.mark.parametrize("function", ["batch", "image"])
+def test_normalised_images_are_augmented_in_their_own_range(function: str) -> None:
+    """Composer trains on normalised float images; here they are augmented as the image they normalise."""
+    images = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(5))
+    images[:, :, 0, 0], images[:, :, 0, 1] = 0.0, 1.0  # each image's own range is exactly [0, 1]
+    normalised = (images - 0.5) / 0.25  # now [-2, 2]
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(1)
+        if function == "batch":
+            return augmix_batch(x, generator=generator)
+        return torch.stack([augmix_image(i, generator=generator) for i in x])
+
+    out = run(normalised)
+    assert out.dtype == normalised.dtype and out.shape == normalised.shape
+    assert torch.allclose(out, (run(images) - 0.5) / 0.25, atol=1e-4)
+    assert out.min() >= -2 and out.max() <= 2 and not torch.equal(out, normalised)

@@ -125,3 +125,16 @@ def test_dataset_path_needs_a_dataset_with_a_transform() -> None:
     assert algorithm.match(Event.FIT_START, state)
     with pytest.raises(TypeError, match="no `transform` attribute"):
         algorithm.apply(Event.FIT_START, state, None)
+
+
+def test_normalised_batches_train_as_in_composer() -> None:
+    """Composer's RandAugment trains on normalised float images; so does this one (in each image's own range)."""
+    normalised = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(0)) * 2
+    state = _state((normalised, torch.arange(4)))
+    algorithm = RandAugment()
+    algorithm.apply(Event.INIT, state, None)
+    algorithm.apply(Event.AFTER_DATALOADER, state, None)
+    out = state.batch[0]
+    assert out.shape == normalised.shape and torch.isfinite(out).all() and not torch.equal(out, normalised)
+    low, high = normalised.amin(dim=(1, 2, 3)), normalised.amax(dim=(1, 2, 3))
+    assert (out.amin(dim=(1, 2, 3)) >= low).all() and (out.amax(dim=(1, 2, 3)) <= high).all()

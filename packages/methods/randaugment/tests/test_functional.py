@@ -103,11 +103,34 @@ def test_bad_hyperparameters_raise_clear_errors(kwargs: dict, error: type, match
         randaugment(**kwargs)
 
 
-def test_normalised_or_integer_images_are_refused() -> None:
-    with pytest.raises(ValueError, match="normalise"):
-        randaugment_batch(torch.randn(4, 3, 8, 8) * 2)
+def test_integer_images_are_refused() -> None:
     with pytest.raises(TypeError, match="uint8 or float"):
         randaugment_batch(torch.zeros(4, 3, 8, 8, dtype=torch.int32))
+
+
+def _full_range_images(n: int) -> torch.Tensor:
+    """Float images in [0, 1] whose own range is exactly [0, 1] (one black and one white pixel each)."""
+    images = torch.rand(n, 3, 16, 16, generator=torch.Generator().manual_seed(5))
+    images[:, :, 0, 0], images[:, :, 0, 1] = 0.0, 1.0
+    return images
+
+
+@pytest.mark.parametrize("function", ["batch", "image"])
+def test_normalised_images_are_augmented_in_their_own_range(function: str) -> None:
+    """Composer trains on normalised float images; here they are augmented as the image they normalise."""
+    images = _full_range_images(4)
+    normalised = (images - 0.5) / 0.25  # each image's range is now [-2, 2]
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(1)
+        if function == "batch":
+            return randaugment_batch(x, generator=generator)
+        return torch.stack([randaugment_image(i, generator=generator) for i in x])
+
+    out = run(normalised)
+    assert out.dtype == normalised.dtype and out.shape == normalised.shape
+    assert torch.allclose(out, (run(images) - 0.5) / 0.25, atol=1e-4)
+    assert out.min() >= -2 and out.max() <= 2 and not torch.equal(out, normalised)
 
 
 def test_the_accelerator_path_never_synchronises(monkeypatch: pytest.MonkeyPatch) -> None:

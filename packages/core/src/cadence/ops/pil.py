@@ -50,13 +50,17 @@ def _from_pil(image: Any) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
     return pil_to_tensor(image).unsqueeze(0).float(), lambda pixels: tensor_to_pil(pixels[0], mode)
 
 
-def to_pixels(images: Any, *, single: bool = False) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any], bool]:
+def to_pixels(
+    images: Any, *, single: bool = False, any_range: bool = False
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any], bool]:
     """Float NCHW pixels in [0, 255], a function that turns them back into the input's type, and
     whether the input was 8-bit (uint8 or PIL).
 
     Accepts NCHW tensors, and with ``single=True`` also a CHW tensor or a PIL image ('L'/'RGB').
-    Tensors must be unnormalised: uint8, or float in [0, 1]. Floats are clamped to [0, 1]; on CPU,
-    where the check costs no device synchronisation, floats far outside it raise (normalised data).
+    Tensors are expected unnormalised: uint8, or float in [0, 1], which is clamped to [0, 1]. Floats
+    far outside it (normalised data) raise on CPU, where the check costs no device synchronisation;
+    with ``any_range=True`` they are accepted instead: each image is mapped from its own
+    ``[min, max]`` to [0, 255] and back (see `_float_range`), on the device, without synchronising.
     """
     if single and is_pil_image(images):
         pixels, restore = _from_pil(images)
@@ -75,22 +79,46 @@ def to_pixels(images: Any, *, single: bool = False) -> tuple[torch.Tensor, Calla
     channels_last = channels_last and not images.is_contiguous()
     work = torch.float64 if dtype == torch.float64 else torch.float32
     batch = images if images.ndim == 4 else images.unsqueeze(0)
-    if dtype.is_floating_point and batch.device.type == "cpu" and batch.numel():
+    if dtype.is_floating_point and not any_range and batch.device.type == "cpu" and batch.numel():
         low, high = batch.aminmax()
         if low < -0.5 or high > 1.5:
             raise ValueError(
                 f"images look normalised (values in [{float(low):.2f}, {float(high):.2f}]); augment unnormalised "
                 "images (uint8, or float in [0, 1]) and normalise afterwards, e.g. inside the model"
             )
-    pixels = batch.to(work).clamp(0, 1).mul_(255) if dtype.is_floating_point else batch.to(work)
+    low = high = None
+    if dtype.is_floating_point and any_range and batch.numel():
+        low, high = _float_range(batch.to(work))
+        pixels = ((batch.to(work) - low) / (high - low)).clamp_(0, 1).mul_(255)
+    elif dtype.is_floating_point:
+        pixels = batch.to(work).clamp(0, 1).mul_(255)
+    else:
+        pixels = batch.to(work)
 
     def restore(out: torch.Tensor) -> torch.Tensor:
-        out = out.round().clamp_(0, 255).to(dtype) if dtype == torch.uint8 else (out / 255).clamp_(0, 1).to(dtype)
+        if dtype == torch.uint8:
+            out = out.round().clamp_(0, 255).to(dtype)
+        elif low is not None:
+            out = torch.maximum(torch.minimum(out / 255 * (high - low) + low, high), low).to(dtype)
+        else:
+            out = (out / 255).clamp_(0, 1).to(dtype)
         if channels_last:
             out = out.contiguous(memory_format=torch.channels_last)
         return out if images.ndim == 4 else out[0]
 
     return pixels, restore, dtype == torch.uint8
+
+
+def _float_range(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each image's pixel range, ``(N, 1, 1, 1)`` low and high: [0, 1] for unnormalised images (values
+    within [-0.5, 1.5], clamped to [0, 1] as without ``any_range``), else the image's own min and max
+    (normalised data: the operations then see that range as black to white)."""
+    low = batch.amin(dim=(1, 2, 3), keepdim=True)
+    high = batch.amax(dim=(1, 2, 3), keepdim=True)
+    unit = (low >= -0.5) & (high <= 1.5)
+    low = torch.where(unit, torch.zeros_like(low), low)
+    high = torch.where(unit, torch.ones_like(high), torch.maximum(high, low + 1e-6))
+    return low, high
 
 
 def map_images(function: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor) -> torch.Tensor:

@@ -17,8 +17,9 @@ class AugMix(AugmentationMethod):
 
     ``batched=True``: `augmix_batch` on each batch at AFTER_DATALOADER, on its device.
     ``batched=False``: `AugmentAndMixTransform` added to the training dataset at FIT_START, as in
-    Composer. Events, randomness (``seed``) and checkpointing as in `cadence.ops.AugmentationMethod`. Images
-    must be unnormalised (uint8, or float in [0, 1]). The JSD consistency loss of the paper is not
+    Composer. Events, randomness (``seed``) and checkpointing as in `cadence.ops.AugmentationMethod`. Images are
+    best unnormalised (uint8, or float in [0, 1]); normalised float images are augmented in each
+    image's own [min, max] (as Composer, which trains on them too). The JSD consistency loss of the paper is not
     part of this method. See `augmix_image` for the arguments.
     """
 

@@ -67,8 +67,10 @@ def augmix_image(
     """AugMix one image.
 
     Args:
-        img: a PIL image ('L' or 'RGB') or a CHW tensor, uint8 or float in [0, 1] (an NCHW tensor is
-            augmented image by image). Normalise after augmenting, never before.
+        img: a PIL image ('L' or 'RGB') or a CHW tensor (an NCHW tensor is augmented image by image):
+            uint8, or float in [0, 1]. Normalised floats (as Composer accepts them) are augmented in
+            each image's own [min, max], taken as black to white; augmenting before normalising keeps
+            the operations' meaning exact.
         severity: strength of every operation, 1 (mild) to 10 (strongest); each draws its magnitude
             at random up to this level, as in Composer.
         depth: operations per chain; -1 draws 1, 2 or 3 for each chain.
@@ -87,7 +89,7 @@ def augmix_image(
     ops = check_augmix_args(severity, depth, width, alpha, augmentation_set)
     if isinstance(img, torch.Tensor) and img.ndim == 4:
         return map_images(lambda i: augmix_image(i, severity, depth, width, alpha, ops, generator=generator), img)
-    pixels, restore, eight_bit = to_pixels(img, single=True)
+    pixels, restore, eight_bit = to_pixels(img, single=True, any_range=True)
     draw = generator.device if generator is not None else pixels.device
     chains = []
     for _ in range(width):
@@ -110,11 +112,11 @@ def augmix_batch(
     The ``width`` chains of all samples run as one batch of ``width * N`` images (chain by chain
     for large batches on CPU, with the same result); with ``depth=-1`` every chain runs 3 steps and
     the steps beyond each chain's drawn depth do nothing. Chains, weights and operations are drawn
-    per sample from `generator`, on its device. Keeps dtype (uint8, or float in [0, 1]), device
-    and memory format.
+    per sample from `generator`, on its device. Keeps dtype (uint8, or float: in [0, 1], or
+    normalised, then augmented in each image's own range as `augmix_image`), device and memory format.
     """
     ops = check_augmix_args(severity, depth, width, alpha, augmentation_set)
-    pixels, restore, eight_bit = to_pixels(images)
+    pixels, restore, eight_bit = to_pixels(images, any_range=True)
     n, _, h, w = pixels.shape
     steps = _MAX_DEPTH if depth == -1 else depth
     op_ids, values = draw_ops(width * n, ops, severity, steps, (h, w), generator, pixels.device)  # chain-major

@@ -18,7 +18,8 @@ class RandAugment(AugmentationMethod):
     ``batched=True``: `randaugment_batch` on each batch at AFTER_DATALOADER, on its device.
     ``batched=False``: `RandAugmentTransform` added to the training dataset at FIT_START, as in
     Composer. Events, randomness (``seed``) and checkpointing as in `cadence.ops.AugmentationMethod`.
-    Images must be unnormalised (uint8, or float in [0, 1]): normalise inside the model or later.
+    Images are best unnormalised (uint8, or float in [0, 1]); normalised float images are augmented
+    in each image's own [min, max] (as Composer, which trains on them too).
     See `randaugment_image` for the arguments.
     """
 

@@ -39,8 +39,10 @@ def randaugment_image(
     """Apply `depth` operations, each drawn uniformly from `augmentation_set`, to one image.
 
     Args:
-        img: a PIL image ('L' or 'RGB') or a CHW tensor, uint8 or float in [0, 1] (an NCHW tensor is
-            augmented image by image). Normalise after augmenting, never before.
+        img: a PIL image ('L' or 'RGB') or a CHW tensor (an NCHW tensor is augmented image by image):
+            uint8, or float in [0, 1]. Normalised floats (as Composer accepts them) are augmented in
+            each image's own [min, max], taken as black to white; augmenting before normalising keeps
+            the operations' meaning exact.
         severity: strength of every operation, 1 (mild) to 10 (strongest); M in the paper. Each
             operation draws its magnitude at random up to this level, as Composer does.
         depth: number of operations applied in a row; N in the paper.
@@ -55,7 +57,7 @@ def randaugment_image(
     ops = check_randaugment_args(severity, depth, augmentation_set)
     if isinstance(img, torch.Tensor) and img.ndim == 4:
         return map_images(lambda i: randaugment_image(i, severity, depth, ops, generator=generator), img)
-    pixels, restore, eight_bit = to_pixels(img, single=True)
+    pixels, restore, eight_bit = to_pixels(img, single=True, any_range=True)
     return restore(augment_image(pixels, ops, severity, depth, generator, quantize=eight_bit))
 
 
@@ -70,10 +72,11 @@ def randaugment_batch(
 
     Each sample draws its own operations and magnitudes (from `generator`, on its device), so the
     result has the distribution of a per-image loop, at the cost of a few passes over the batch
-    per step. Keeps dtype (uint8, or float in [0, 1]), device and memory format.
+    per step. Keeps dtype (uint8, or float: in [0, 1], or normalised, then augmented in each image's
+    own range as `randaugment_image`), device and memory format.
     """
     ops = check_randaugment_args(severity, depth, augmentation_set)
-    pixels, restore, eight_bit = to_pixels(images)
+    pixels, restore, eight_bit = to_pixels(images, any_range=True)
     return restore(augment_batch(pixels, ops, severity, depth, generator, quantize=eight_bit))
 
 
