@@ -1,4 +1,8 @@
-"""Loggers: the `Logger` facade and its destinations (in-memory, console; MLflow from ``cadence-mlflow``)."""
+"""Loggers: the `Logger` facade and its destinations (in-memory, console; MLflow from ``cadence-mlflow``).
+
+`TensorboardLogger` and `WandBLogger` are imported on first access, so ``import cadence`` never
+imports tensorboard or wandb (install them with ``pip install 'cadence[tensorboard]'`` / ``'cadence[wandb]'``).
+"""
 
 from typing import Any
 
@@ -15,11 +19,19 @@ __all__ = [
     "Logger",
     "LoggerDestination",
     "MLFlowLogger",
+    "TensorboardLogger",
+    "WandBLogger",
     "failure_kind",
 ]
 
+_LAZY = {"TensorboardLogger": "cadence.loggers.tensorboard", "WandBLogger": "cadence.loggers.wandb"}
+
 
 def __getattr__(name: str) -> Any:
+    if name in _LAZY:  # their modules import tensorboard / wandb only when a run starts logging
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     if name == "MLFlowLogger":  # from the separate package cadence-mlflow, imported lazily (it needs mlflow)
         try:
             from cadence_mlflow import MLFlowLogger
