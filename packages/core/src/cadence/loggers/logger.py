@@ -47,7 +47,7 @@ class Logger:
     def _step(self, step: int | None) -> int:
         if step is not None:
             return step
-        return self._state.timestamp.batch if self._state is not None else 0
+        return int(self._state.timestamp.batch) if self._state is not None else 0  # a plain int for destinations
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if not self.destinations:
@@ -63,6 +63,15 @@ class Logger:
     def log_artifact(self, path: str | Path, name: str | None = None) -> None:
         for destination in self.destinations:
             destination.log_artifact(path, name)
+
+    def log_table(
+        self, columns: Sequence[str], rows: Sequence[Sequence[Any]], name: str = "Table", step: int | None = None
+    ) -> None:
+        """A table (Composer's ``log_table``), for the destinations that keep tables; the others skip it."""
+        for destination in self.destinations:
+            log_table = getattr(destination, "log_table", None)
+            if log_table is not None:
+                log_table(columns, rows, name=name, step=self._step(step))
 
     def flush(self) -> None:
         for destination in self.destinations:
