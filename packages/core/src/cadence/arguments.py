@@ -80,13 +80,27 @@ def check_microbatch_size(size: Any, train_dataloader: Any) -> int | None:
 
 
 def as_list(value: Any, name: str, kind: type | tuple[type, ...]) -> list[Any]:
-    """One object or a list of them, each an instance of `kind`."""
-    items = [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+    """One object, or a list or tuple of them (as Composer accepts), each an instance of `kind`.
+
+    A single object is never iterated: ``algorithms=MixUp()`` means ``[MixUp()]``, and a string
+    is one (wrong) object, not a sequence of letters. A bad item is named by its position in the list.
+    """
+    if value is None:
+        return []
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
     for index, item in enumerate(items):
-        if not isinstance(item, kind):
-            expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-            raise TypeError(f"{name}[{index}] is a {type(item).__name__}; expected {expected}")
+        if not isinstance(item, kinds):
+            raise TypeError(f"{name}[{index}] is {_describe(item, kinds)}")
     return items
+
+
+def _describe(item: Any, kinds: tuple[type, ...]) -> str:
+    if isinstance(item, type) and issubclass(item, kinds):
+        return f"the class {item.__name__}; pass an instance: {item.__name__}(...)"
+    expected = " or ".join(k.__name__ for k in kinds)
+    shown = repr(item) if len(repr(item)) <= 60 else repr(item)[:57] + "..."
+    return f"a {type(item).__name__} ({shown}); expected a {expected}, or a list of them"
 
 
 def check_checkpointing(

@@ -35,7 +35,13 @@ class Callback:
         del state
 
     def close(self, state: State, logger: Logger) -> None:
-        """Release resources at the end of `Trainer.fit` / `Trainer.close`; may run more than once."""
+        """Release resources when the run ends (`Trainer.close` / `Engine.close`, once per engine)."""
+
+    def post_close(self) -> None:
+        """After every callback's `close` (skipped if this one's `close` raised): e.g. join a writer thread.
+
+        Once its engine is closed, the callback may start in another `Trainer`.
+        """
 
     def init(self, state: State, logger: Logger) -> None: ...
     def before_load(self, state: State, logger: Logger) -> None: ...

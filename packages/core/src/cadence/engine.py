@@ -6,6 +6,8 @@ and sorted by ``order``), so the per-batch cost of an idle method is one ``match
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from collections.abc import Sequence
 from itertools import combinations
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 from cadence.algorithm import Algorithm
 from cadence.callback import Callback
 from cadence.event import Event
+from cadence.loggers.destination import LoggerDestination
 from cadence.loggers.logger import Logger
 from cadence.state import State
 
@@ -93,17 +96,29 @@ def _check_pair(first: Algorithm, second: Algorithm) -> None:
 class Engine:
     """Runs methods and callbacks on events.
 
-    ``Engine(state, algorithms=[...])`` also drives a hand-written loop:
-    ``engine.run_event("after_dataloader")`` accepts event names as strings.
+    ``Engine(state, logger)`` is Composer's signature: the methods and callbacks are ``state.algorithms``
+    and ``state.callbacks``. ``Engine(state, algorithms=[...], callbacks=[...])`` sets them first, for a
+    hand-written loop; ``engine.run_event("after_dataloader")`` accepts event names as strings.
+
+    On INIT the log destinations run first, then the other callbacks, then the methods (as in Composer),
+    so a destination is ready before anything logs; on every other event the methods run first, then the
+    callbacks, then the destinations. `close` ends the engine: callbacks are closed, and a callback still
+    open in a live engine cannot start in another one.
     """
 
     def __init__(
         self,
         state: State,
+        logger: Logger | None = None,
+        *,
         algorithms: Sequence[Algorithm] | None = None,
         callbacks: Sequence[Callback] | None = None,
-        logger: Logger | None = None,
     ):
+        if logger is not None and not isinstance(logger, Logger):
+            raise TypeError(
+                f"Engine's second argument is the Logger (Composer's Engine(state, logger)), got "
+                f"{type(logger).__name__}; pass methods as Engine(state, algorithms=[...])"
+            )
         self.state = state
         if algorithms is not None:
             state.algorithms = list(algorithms)
@@ -113,6 +128,8 @@ class Engine:
         self._algorithm_plan: dict[Event, list[Algorithm]] = {}
         self._callback_plan: dict[Event, list[Callback]] = {}
         self._plan_key: tuple[int, ...] = ()
+        self._opened: list[Callback] = []  # the callbacks this engine started on INIT
+        self._closed = False
         self.refresh()
 
     # Planning ---------------------------------------------------------------------
@@ -133,7 +150,7 @@ class Engine:
         for event in Event:
             candidates = [a for a in ranked if not a.events or event in a.events]
             self._algorithm_plan[event] = candidates[::-1] if event.is_after_event else candidates
-            self._callback_plan[event] = [c for c in callbacks if c.handles(event)]
+            self._callback_plan[event] = _callback_order(event, [c for c in callbacks if c.handles(event)])
         self._plan_key = (id(algorithms), len(algorithms), id(callbacks), len(callbacks))
 
     def plan(self, event: Event | str) -> list[Algorithm]:
@@ -156,7 +173,18 @@ class Engine:
 
     # Running ----------------------------------------------------------------------
     def run_event(self, event: Event | str) -> None:
-        """Run the methods matched on `event` (in plan order), then the callbacks that handle it."""
+        """Run the methods matched on `event` (in plan order) and the callbacks that handle it.
+
+        On INIT the callbacks run first (destinations before the others), then the methods.
+        """
+        if event.__class__ is not Event:
+            event = Event(event)
+        if event is Event.INIT:
+            self._ensure_open()
+            _claim(self)
+            self.run_callbacks(event)
+            self.run_algorithms(event)
+            return
         self.run_algorithms(event)
         self.run_callbacks(event)
 
@@ -164,6 +192,7 @@ class Engine:
         """Only the methods' part of `event` (the trainer writes checkpoints between the two parts)."""
         if event.__class__ is not Event:
             event = Event(event)
+        self._ensure_open()
         self._refresh_plan()
         algorithms = self._algorithm_plan[event]
         if not algorithms:
@@ -180,6 +209,7 @@ class Engine:
         """Only the callbacks' part of `event`."""
         if event.__class__ is not Event:
             event = Event(event)
+        self._ensure_open()
         self._refresh_plan()
         state, logger = self.state, self.logger
         for callback in self._callback_plan[event]:
@@ -197,6 +227,85 @@ class Engine:
             algorithm.check_applicable(self.state.model, batch)
 
     def close(self) -> None:
-        """Give every callback the chance to release resources (idempotent)."""
-        for callback in self.state.callbacks:
-            callback.close(self.state, self.logger)
+        """End the engine: every callback's ``close``, then ``post_close`` for those whose close worked.
+
+        Idempotent. A failing callback never stops the others from closing: its error becomes a
+        warning. After this, running an event raises RuntimeError.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        state, logger = self.state, self.logger
+        closed = [callback for callback in state.callbacks if _attempt(callback, "close", state, logger)]
+        for callback in closed:
+            _attempt(callback, "post_close")
+        _release(self)
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` ran: the engine runs no more events."""
+        return self._closed
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(
+                "this Engine was closed (Trainer.close() or Engine.close()) and cannot run events again; "
+                "create a new Trainer (or Engine)"
+            )
+
+
+def _callback_order(event: Event, callbacks: list[Callback]) -> list[Callback]:
+    """Composer's order: log destinations first on INIT (so they are ready), last on every other event
+    (so they see what the other callbacks logged); the user's order otherwise."""
+    destinations = [c for c in callbacks if isinstance(c, LoggerDestination)]
+    others = [c for c in callbacks if not isinstance(c, LoggerDestination)]
+    return destinations + others if event is Event.INIT else others + destinations
+
+
+def _attempt(callback: Callback, name: str, *args: Any) -> bool:
+    try:
+        getattr(callback, name)(*args)
+    except Exception as error:  # closing must reach every callback
+        warnings.warn(f"{type(callback).__name__}.{name}() failed: {type(error).__name__}: {error}", stacklevel=3)
+        return False
+    return True
+
+
+# The callbacks started by a live engine and not closed yet: id(callback) -> that engine. An entry whose
+# engine was closed or garbage-collected is stale (its callbacks are free again).
+_OPEN_CALLBACKS: dict[int, weakref.ref[Engine]] = {}
+
+
+def _owner(callback: Callback) -> Engine | None:
+    """The live, unclosed engine that started `callback`, if any."""
+    ref = _OPEN_CALLBACKS.get(id(callback))
+    engine = ref() if ref is not None else None
+    if engine is None or engine._closed or not any(c is callback for c in engine._opened):
+        return None
+    return engine
+
+
+def _claim(engine: Engine) -> None:
+    """On INIT: refuse a callback still open in another engine (its state belongs to that run), then
+    mark this engine's callbacks open."""
+    for callback in engine.state.callbacks:
+        owner = _owner(callback)
+        if owner is not None and owner is not engine:
+            raise RuntimeError(
+                f"{type(callback).__name__} is still open in a previous Trainer (or Engine); a callback or "
+                "logger cannot serve two runs at once. Call trainer.close() on the previous trainer before "
+                "creating this one, or pass a new instance"
+            )
+    for callback in engine.state.callbacks:
+        if not any(c is callback for c in engine._opened):
+            engine._opened.append(callback)
+        _OPEN_CALLBACKS[id(callback)] = weakref.ref(engine)
+    for key in [key for key, ref in _OPEN_CALLBACKS.items() if ref() is None]:
+        del _OPEN_CALLBACKS[key]
+
+
+def _release(engine: Engine) -> None:
+    for callback in engine._opened:
+        if _OPEN_CALLBACKS.get(id(callback)) is not None and _OPEN_CALLBACKS[id(callback)]() is engine:
+            del _OPEN_CALLBACKS[id(callback)]
+    engine._opened.clear()

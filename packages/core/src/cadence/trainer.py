@@ -76,7 +76,7 @@ class Trainer:
         max_duration: ``"10ep"``, ``"500ba"``, ``"3e4sp"``, ``Time`` or an int (epochs).
         optimizers: a torch optimizer built on ``model.parameters()``.
         schedulers: cadence schedulers (stepped every batch) or torch ``LRScheduler``s (every epoch).
-        algorithms: the methods to apply. callbacks, loggers: observers and log destinations.
+        algorithms, callbacks, loggers: methods, observers, log destinations (each: one object or a list).
         eval_dataloader, eval_interval: what to evaluate and when (``"1ep"``, ``"100ba"``, 0 = never).
         device: ``"cpu"`` or ``"gpu"`` (default: GPU when CUDA is available).
         precision: ``"fp32"``, ``"amp_bf16"`` or ``"amp_fp16"`` (default bf16 on GPUs that have it).
@@ -104,9 +104,9 @@ class Trainer:
         max_duration: TimeLike | None = None,
         optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
         schedulers: Any = None,
-        algorithms: Sequence[Algorithm] | None = None,
-        callbacks: Sequence[Callback] | None = None,
-        loggers: Sequence[LoggerDestination] | None = None,
+        algorithms: Algorithm | Sequence[Algorithm] | None = None,
+        callbacks: Callback | Sequence[Callback] | None = None,
+        loggers: LoggerDestination | Sequence[LoggerDestination] | None = None,
         eval_dataloader: Iterable[Any] | None = None,
         eval_interval: IntervalLike = 1,
         device: str | torch.device | None = None,
