@@ -167,22 +167,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     from cadence_harness.cards import write_cards, write_index
     from cadence_harness.data import REPO_ROOT
     from cadence_harness.report import build_report, report_from_runs
-    from cadence_harness.study import study_runs
+    from cadence_harness.study import studies_runs
 
     if args.cards and not args.study:
         raise RecipeError(
             "`--cards` writes the method cards only from a named study's committed run records, never from a local "
-            "MLflow store: add --study NAME (the records in method_cards/runs/NAME.jsonl, written by "
-            "`cadence-bench grid NAME`)"
+            "MLflow store: add --study NAME (method_cards/runs/NAME.jsonl, written by `cadence-bench grid NAME`)"
         )
     study: list[str] = []
     if args.study:
-        runs = []
-        for name in dict.fromkeys(n.strip() for given in args.study for n in given.split(",") if n.strip()):
-            recipe_name, kept, note = study_runs(name, _records_dir(args))
-            print(note)
-            study.append(recipe_name)
-            runs += kept
+        study, runs, notes = studies_runs(args.study, _records_dir(args))
+        print("\n".join(notes))
         report = report_from_runs(runs, out_dir=args.out)
     else:
         records = [args.records] if args.records else None
@@ -190,16 +185,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             args.experiment or None, tracking_uri=args.tracking_uri, records=records, out_dir=args.out
         )
     print(report.markdown)
-    for path in report.files:
-        print(f"wrote {path}")
+    print("\n".join(f"wrote {path}" for path in report.files))
     if args.cards:
         methods_root = Path(args.methods_root or REPO_ROOT / "packages" / "methods")
         index = Path(args.index or REPO_ROOT / "method_cards" / "INDEX.md")
         plots = [p for p in report.files if p.suffix == ".png"]
         common = {"methods_root": methods_root, "min_seeds": args.min_seeds, "sections": report.sections}
         cards = write_cards(report.summaries, **common, study=study, plots_dir=index.parent)
-        for path in cards:
-            print(f"wrote the Results of {path}")
+        print("\n".join(f"wrote the Results of {path}" for path in cards))
         index = write_index(report.summaries, **common, index_path=index, plots=plots, study=study)
         print(f"wrote {index}")
     return 0

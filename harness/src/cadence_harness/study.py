@@ -8,12 +8,13 @@ the recipe) is left out and counted, so a card never shows numbers the recipe di
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from cadence_harness.recipe import RecipeError, load_recipe
 from cadence_harness.records import RunRecord, read_records, records_file
 
-__all__ = ["study_runs"]
+__all__ = ["studies_runs", "study_runs"]
 
 
 def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord], str]:
@@ -38,3 +39,15 @@ def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord
     if len(kept) < len(runs):
         note += f"; the other {len(runs) - len(kept)} (other settings, or an older recipe) are left out"
     return recipe.name, kept, note
+
+
+def studies_runs(given: Sequence[str], records_dir: str | Path) -> tuple[list[str], list[RunRecord], list[str]]:
+    """`study_runs` of each study named in `given` (each entry one name or several separated by commas),
+    in order and once each: their names, all their runs, and a note per study."""
+    names, runs, notes = [], [], []
+    for study in dict.fromkeys(n.strip() for entry in given for n in entry.split(",") if n.strip()):
+        name, kept, note = study_runs(study, records_dir)
+        names.append(name)
+        runs += kept
+        notes.append(note)
+    return names, runs, notes

@@ -107,7 +107,7 @@ def main() -> None:
         progress_bar=False,
     )
     trainer.fit()
-    steps, losses = logger.get_timeseries("loss/train/total")
+    steps, losses = logger.steps_and_values("loss/train/total")
     torch.save(
         {
             "model": model.state_dict(),

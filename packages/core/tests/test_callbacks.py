@@ -30,7 +30,7 @@ def digits_loaders() -> tuple[DataLoader, DataLoader]:
 
 def _series(memory: InMemoryLogger, name: str) -> tuple[list[int], list[Any]]:
     """(steps, values) of one metric (``steps_and_values`` where InMemoryLogger has Composer's get_timeseries)."""
-    read = getattr(memory, "steps_and_values", None) or memory.get_timeseries
+    read = memory.steps_and_values
     return read(name)
 
 

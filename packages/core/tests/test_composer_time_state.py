@@ -2,6 +2,7 @@
 
 import datetime
 import pickle
+from pathlib import Path
 
 import pytest
 from torch.utils.data import DataLoader
@@ -216,3 +217,12 @@ def test_elapsed_duration_is_batch_grained_and_offers_composers_count() -> None:
     assert state.get_elapsed_duration(whole_units=True) == Time(0.5, "dur")  # Composer: 1 of 2 epochs
     state.max_duration = "20ba"
     assert state.get_elapsed_duration() == state.get_elapsed_duration(whole_units=True) == Time(0.75, "dur")
+
+
+def test_timestamp_fields_saved_with_torch_save_load_with_weights_only(tmp_path: Path) -> None:
+    import torch
+
+    stamp = Timestamp(batch=7, epoch=2, total_wct=1.5)
+    torch.save({"batch": stamp.batch, "wct": stamp.total_wct}, tmp_path / "fields.pt")
+    loaded = torch.load(tmp_path / "fields.pt", weights_only=True)
+    assert loaded == {"batch": 7, "wct": 1.5} and loaded["batch"].unit == TimeUnit.BATCH

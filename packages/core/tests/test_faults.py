@@ -125,7 +125,7 @@ def test_skip_mode_skips_bad_steps_counts_them_and_warns_once() -> None:
     with pytest.warns(RuntimeWarning, match="at step 2; the step is skipped"):
         trainer.fit()  # 2 epochs: the poisoned batch comes twice
     assert trainer._nonfinite.skipped == 2
-    assert logger.get_timeseries("trainer/nonfinite_skips") == ([2, 6], [1, 2])
+    assert logger.steps_and_values("trainer/nonfinite_skips") == ([2, 6], [1, 2])
     assert all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
 
 

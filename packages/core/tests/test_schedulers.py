@@ -67,7 +67,7 @@ def test_trainer_applies_the_schedule_every_batch_and_scales_the_run() -> None:
     )
     trainer.fit()
     assert trainer.state.timestamp.batch == 8  # 4 epochs * 0.5 = 2 epochs of 4 batches
-    _, lrs = logger.get_timeseries("lr-SGD/group0")
+    _, lrs = logger.steps_and_values("lr-SGD/group0")
     # the lr logged after batch t is the one batch t+1 uses; warm-up is 1 batch after scaling
     assert lrs == pytest.approx([1.0, 1 - 1 / 7, 1 - 2 / 7, 1 - 3 / 7, 1 - 4 / 7, 1 - 5 / 7, 1 - 6 / 7, 0.0])
 

@@ -121,7 +121,7 @@ def test_composer_model_guide_resnet18() -> None:
         device="cpu",
         progress_bar=False,
     ).fit()
-    _, losses = logger.get_timeseries("loss/train/total")
+    _, losses = logger.steps_and_values("loss/train/total")
     assert len(losses) == 2
 
 

@@ -44,7 +44,7 @@ def _run(logger: LoggerDestination, run_name: str, **kwargs: Any) -> InMemoryLog
 
 
 def _values(memory: InMemoryLogger, name: str) -> tuple[list[int], list[Any]]:
-    read = getattr(memory, "steps_and_values", None) or memory.get_timeseries
+    read = memory.steps_and_values
     return read(name)
 
 

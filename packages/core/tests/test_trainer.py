@@ -30,9 +30,9 @@ def test_learns_sklearn_digits(digits_loaders) -> None:
         progress_bar=False,
     )
     trainer.fit()
-    _, losses = logger.get_timeseries("loss/train/total")
+    _, losses = logger.steps_and_values("loss/train/total")
     assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
-    steps, accuracy = logger.get_timeseries("metrics/eval/MulticlassAccuracy")
+    steps, accuracy = logger.steps_and_values("metrics/eval/MulticlassAccuracy")
     assert steps == [47, 94, 141, 188]  # evaluated after every epoch (47 batches of 32)
     assert accuracy[-1] > 0.8  # chance is 0.1
 
@@ -336,5 +336,5 @@ def test_an_optimizer_that_steps_with_a_closure_runs_the_batch_inside_it() -> No
     assert counter.counts[Event.BEFORE_FORWARD] == 4 and counter.counts[Event.AFTER_TRAIN_BATCH] == 4
     assert counter.counts[Event.BATCH_END] == 2
     assert seen.counted == [4, 8], "train metrics count each sample once per step, at the first pass's outputs"
-    _, losses = logger.get_timeseries("loss/train/total")
+    _, losses = logger.steps_and_values("loss/train/total")
     assert len(losses) == 2 and all(loss > 0 for loss in losses)

@@ -304,7 +304,7 @@ def test_trainer_run_lands_in_mlflow(sqlite_uri: str, tmp_path: Path) -> None:
     assert run.info.status == "FINISHED" and run.info.run_name == "tiny-run"
     assert set(memory.data) >= {"loss/train/total", "lr-SGD/group0", "metrics/eval/MulticlassAccuracy"}
     for key in memory.data:
-        steps, values = memory.get_timeseries(key)
+        steps, values = memory.steps_and_values(key)
         assert history(client, tracking.run_id, key) == list(zip(steps, map(float, values))), key
     assert history(client, tracking.run_id, "loss/train/total")[0][0] == 1 and len(steps) > 0
     assert len(history(client, tracking.run_id, "loss/train/total")) == 12  # 6 batches x 2 epochs

@@ -286,7 +286,7 @@ class MethodConformance:
         trainer = self._trainer([self.make_algorithm()], loggers=[logger])
         before = copy.deepcopy(trainer.state.model.state_dict())
         trainer.fit()
-        _, losses = logger.get_timeseries("loss/train/total")
+        _, losses = logger.steps_and_values("loss/train/total")
         assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
         after = trainer.state.model.state_dict()
         assert any(not torch.equal(before[k], after[k]) for k in before), "training changed no weights"

@@ -165,3 +165,17 @@ def with_iteration_start(total_wct: Any, state: dict[str, Any]) -> dict[str, Any
     total = float(Seconds(state.get("total_wct") if state.get("total_wct") is not None else total_wct))
     state["iteration_start_wct"] = total - float(Seconds(state.pop("iteration_wct")))
     return state
+
+
+def _allow_in_weights_only_loads() -> None:
+    """Timestamp counters are `Count` ints and wall-clock fields `Seconds` floats; a user who saves one with
+    ``torch.save`` (``{"step": state.timestamp.batch}``) must be able to load it with ``torch.load``'s
+    default ``weights_only=True``, as they could a plain number."""
+    import torch.serialization
+
+    add = getattr(torch.serialization, "add_safe_globals", None)  # torch >= 2.4
+    if add is not None:
+        add([Count, Seconds, TimeUnit])
+
+
+_allow_in_weights_only_loads()

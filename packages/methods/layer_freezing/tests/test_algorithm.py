@@ -51,7 +51,7 @@ def test_freezes_by_the_schedule_at_each_epoch_end_and_logs_it() -> None:
     logger = InMemoryLogger()
     trainer = _trainer([LayerFreezing(freeze_start=0.0)], loggers=[logger])
     trainer.fit()
-    _, depths = logger.get_timeseries("layer_freezing/layers_frozen")
+    _, depths = logger.steps_and_values("layer_freezing/layers_frozen")
     assert depths == [int(t / 8 * 3) for t in (2, 4, 6, 8)] == [0, 1, 2, 3]  # epoch ends at batches 2, 4, 6, 8
     layers = freezable_layers(trainer.state.model)
     assert [layer.weight.requires_grad for layer in layers] == [False, False, False, True]

@@ -101,7 +101,7 @@ def test_in_a_bf16_run_every_layernorm_of_an_hf_model_runs_in_bf16() -> None:
             module.register_forward_hook(lambda module, args, out: dtypes.add(out.dtype))
     trainer.fit()
     assert dtypes == {torch.bfloat16}
-    assert all(torch.isfinite(torch.tensor(logger.get_timeseries("loss/train/total")[1])))
+    assert all(torch.isfinite(torch.tensor(logger.steps_and_values("loss/train/total")[1])))
 
 
 def test_in_an_fp32_run_it_changes_nothing_and_warns() -> None:

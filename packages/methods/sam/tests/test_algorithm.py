@@ -69,8 +69,8 @@ def test_logs_the_first_evaluations_loss_once_per_step() -> None:
     plain_log, sam_log = InMemoryLogger(), InMemoryLogger()
     _trainer([], loggers=[plain_log]).fit()
     _trainer([SAM(rho=0.5)], loggers=[sam_log]).fit()
-    _, plain = plain_log.get_timeseries("loss/train/total")
-    steps, losses = sam_log.get_timeseries("loss/train/total")
+    _, plain = plain_log.steps_and_values("loss/train/total")
+    steps, losses = sam_log.steps_and_values("loss/train/total")
     assert steps == [1, 2, 3, 4] and losses[0] == plain[0]  # the same weights and batch: the loss at w
     assert losses[1] != plain[1]  # SAM moved the weights differently
 
@@ -90,7 +90,7 @@ def test_trains_under_autocast(precision: str) -> None:
     trainer = _trainer([SAM(rho=0.5)], precision=precision, loggers=[logger])
     before = [p.detach().clone() for p in trainer.state.model.parameters()]
     trainer.fit()
-    _, losses = logger.get_timeseries("loss/train/total")
+    _, losses = logger.steps_and_values("loss/train/total")
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.state.model.parameters()))
 
