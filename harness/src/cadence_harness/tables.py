@@ -55,7 +55,8 @@ def describe(summaries: Sequence[ArmSummary]) -> str:
         return next(iter(values)) if len(values) == 1 else None
 
     model, data, subset = one("model") or "(several models)", one("data") or "(several datasets)", one("subset")
-    what = f"{model} on {data}" + (f" (first {subset} training images)" if subset not in (None, "None") else "")
+    samples = "texts" if model.startswith("hf/") else "images"
+    what = f"{model} on {data}" + (f" (first {subset} training {samples})" if subset not in (None, "None") else "")
     durations = sorted(_merged(summaries, "duration"), key=_budget_order)
     budget = one("duration")
     batch = one("batch_size")
