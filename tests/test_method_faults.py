@@ -88,7 +88,8 @@ METHODS = {
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_a_nan_pixel_stops_the_run_with_any_method(name: str) -> None:
     """Never an index error deep inside an augmentation, never NaN weights trained on in silence."""
-    poison = "image" if name in ("colout", "cutout") else "pixel"
+    # methods that drop pixels (ColOut, CutOut, and a nearest-neighbour downscale) may drop a lone NaN pixel
+    poison = "image" if name in ("colout", "cutout", "progressive_resizing") else "pixel"
     with pytest.raises(NonFiniteLossError, match=r"the training loss is nan at step \d"):
         _trainer(METHODS[name](), _images(poison)).fit()
 

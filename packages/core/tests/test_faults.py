@@ -182,10 +182,15 @@ def test_a_failure_while_the_trainer_is_built_is_recorded(tmp_path: Path) -> Non
 
 CHILD = textwrap.dedent(
     """
+    import signal
     import sys
     import torch
     from torch.utils.data import DataLoader, TensorDataset
     from cadence import Callback, LoggerDestination, Trainer
+
+    # Python raises KeyboardInterrupt on SIGINT only if SIGINT was not ignored when it started; a test
+    # runner's worker may pass an ignored SIGINT down to this child, so restore Python's own handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from cadence.testing import mlp_classifier
 
     status_file, started_file = sys.argv[1], sys.argv[2]
