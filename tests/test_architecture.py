@@ -34,6 +34,7 @@ TORCH_ONLY_OPS = {
     "rng",
     "sampling",
     "schedule_scaling",
+    "weight_decay",
     "surgery",
     "targets",
 }

@@ -228,8 +228,9 @@ def test_fit_without_data_or_optimizer_explains_what_is_missing() -> None:
     with pytest.raises(ValueError, match="fit\\(\\) needs train_dataloader and max_duration"):
         Trainer(model=model, progress_bar=False).fit()
     loader = DataLoader(TensorDataset(torch.randn(4, 4), torch.zeros(4, dtype=torch.long)), batch_size=2)
+    frozen = mlp_classifier(4, 2).requires_grad_(False)  # nothing to train: no default optimizer either
     with pytest.raises(ValueError, match="fit\\(\\) needs optimizers"):
-        Trainer(model=model, train_dataloader=loader, max_duration="1ep", progress_bar=False).fit()
+        Trainer(model=frozen, train_dataloader=loader, max_duration="1ep", progress_bar=False).fit()
     with pytest.raises(ValueError, match="eval\\(\\) needs an eval_dataloader"):
         Trainer(model=model, progress_bar=False).eval()
 

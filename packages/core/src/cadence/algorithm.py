@@ -93,8 +93,12 @@ class Algorithm(ABC):
         """Return True to run `apply` on this event."""
 
     @abstractmethod
-    def apply(self, event: Event, state: State, logger: Logger) -> None:
-        """Change the state. Called only when `match` returned True."""
+    def apply(self, event: Event, state: State, logger: Logger) -> int | None:
+        """Change the state. Called only when `match` returned True.
+
+        What it returns (Composer's optional exit code) is kept in the engine's traces
+        (`Engine.run_event` returns them); methods usually return None.
+        """
 
     def effects(self) -> Effects:
         """What this method reads and writes. Override; the default declares nothing."""
@@ -137,8 +141,10 @@ class Algorithm(ABC):
         """Everything needed to resume exactly: generator states, counters, schedules.
 
         Values must be plain Python data or tensors (checkpoints load with ``weights_only=True``).
+        The default, as in Composer, is ``{"repr": repr(self)}``: a method without state is still
+        named with its arguments in the checkpoint; `load_state_dict` ignores it.
         """
-        return {}
+        return {"repr": repr(self)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state

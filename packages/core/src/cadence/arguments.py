@@ -14,19 +14,26 @@ import torch
 from torch import nn
 
 from cadence import distributed as dist
-from cadence.ops.checks import check_int
+from cadence.batch import batch_num_tokens
+from cadence.ops.checks import MAX_SEED, check_bool, check_int
 from cadence.time import Time, TimeLike, TimeUnit, parse_time
 
 __all__ = [
+    "DURATION_UNITS",
     "as_list",
     "check_checkpointing",
+    "check_duration_is_countable",
+    "check_flags",
     "check_max_duration",
+    "check_microbatch_argument",
     "check_microbatch_size",
     "check_model",
+    "check_seed_and_run_name",
     "parse_device",
+    "refuse_unknown_arguments",
 ]
 
-_DURATION_UNITS = (TimeUnit.EPOCH, TimeUnit.BATCH, TimeUnit.SAMPLE, TimeUnit.TOKEN)
+DURATION_UNITS = (TimeUnit.EPOCH, TimeUnit.BATCH, TimeUnit.SAMPLE, TimeUnit.TOKEN)
 
 
 def check_model(model: Any) -> None:
@@ -63,7 +70,16 @@ def check_max_duration(max_duration: TimeLike | None, scale_schedule_ratio: Any)
         )
     if max_duration is None:
         return None, float(ratio)
-    return parse_time("max_duration", max_duration, units=_DURATION_UNITS, positive=True), float(ratio)
+    return parse_time("max_duration", max_duration, units=DURATION_UNITS, positive=True), float(ratio)
+
+
+def check_duration_is_countable(duration: Time | None, batch: Any) -> None:
+    """A ``tok`` duration needs batches that hold tokens, or the run would never end."""
+    if duration is not None and duration.unit is TimeUnit.TOKEN and batch_num_tokens(batch) == 0:
+        raise ValueError(
+            f"max_duration={duration} counts tokens, but the training batches hold none (tokens are counted in "
+            "a dict batch's 'input_ids'); give max_duration in ep, ba or sp"
+        )
 
 
 def check_microbatch_size(size: Any, train_dataloader: Any) -> int | None:
@@ -77,6 +93,19 @@ def check_microbatch_size(size: Any, train_dataloader: Any) -> int | None:
             f"{batch_size}; use at most {batch_size} (or leave it None for one microbatch per batch)"
         )
     return size
+
+
+def check_flags(**flags: Any) -> None:
+    """Each keyword is a bool (``autoresume="no"`` and ``progress_bar=0`` are refused, named)."""
+    for name, flag in flags.items():
+        check_bool(name, flag)
+
+
+def check_seed_and_run_name(seed: Any, run_name: Any) -> None:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        raise ValueError(f"seed={seed!r} must be an int in [0, 2**63 - 1], or None for a random seed")
+    if run_name is not None and not isinstance(run_name, str):
+        raise TypeError(f"run_name={run_name!r} must be a string or None")
 
 
 def as_list(value: Any, name: str, kind: type | tuple[type, ...]) -> list[Any]:
@@ -113,3 +142,74 @@ def check_checkpointing(
             raise TypeError(f"{name}={path!r} must be a path (str or pathlib.Path) or None")
     if autoresume and save_folder is None:
         raise ValueError("autoresume=True needs save_folder, where the checkpoints to resume from are written")
+
+
+# Composer's Trainer arguments that cadence does not take, each with what to do instead.
+_COMPOSER_ONLY = {
+    "train_dataloader_label": "cadence's training loader is labelled 'train'; leave it out",
+    "spin_dataloaders": "cadence resumes mid-epoch by skipping in the sampler, never by spinning the loader",
+    "algorithm_passes": "methods declare their order (Algorithm.order) and the engine sorts by it",
+    "step_schedulers_every_batch": "cadence schedulers step every batch, torch LRSchedulers every epoch",
+    "log_to_console": "add cadence.ConsoleLogger() to loggers (progress_bar=True adds one)",
+    "console_stream": "ConsoleLogger(stream=...) sets it",
+    "console_log_interval": "ConsoleLogger prints every batch on its progress bar; leave it out",
+    "log_traces": "Engine.run_event returns the traces; log them from a callback",
+    "auto_log_hparams": "the trainer logs its hyperparameters at FIT_START always",
+    "python_log_level": "configure Python's logging module directly",
+    "load_object_store": "download the checkpoint and pass its local path as load_path",
+    "load_progress_bar": "loading shows no progress bar",
+    "load_ignore_keys": "load with load_weights_only=True and load_strict_model_weights=False",
+    "load_exclude_algorithms": "list only the methods you want in algorithms=",
+    "save_latest_filename": "cadence writes latest.pt in save_folder",
+    "save_weights_only": "checkpoints hold the whole run (exact resume); load_weights_only=True reads the weights",
+    "save_ignore_keys": "checkpoints hold the whole run (exact resume)",
+    "save_metrics": "the eval metrics are logged, and the train metrics' states are saved",
+    "parallelism_config": "FSDP and tensor parallelism are not supported; run DDP through torchrun",
+    "dist_timeout": "set TORCH_NCCL_BLOCKING_WAIT / the process group's timeout through torchrun",
+    "ddp_sync_strategy": "DDP all-reduces on the last microbatch of each batch",
+    "precision_config": "FP8 is not supported; use precision='amp_bf16'",
+    "accumulate_train_batch_on_tokens": "microbatch losses are weighted by samples",
+    "profiler": "wrap trainer.fit() in torch.profiler.profile(...)",
+    "compile_config": "torch.compile the model (cadence unwraps it for surgery) before passing it",
+}
+
+
+_COMPOSER_FIT_ONLY = {
+    name: "pass it to Trainer(...); fit() keeps it for the whole run"
+    for name in ("precision", "device_train_microbatch_size", "scale_schedule_ratio")
+}
+
+
+def refuse_unknown_arguments(arguments: dict[str, Any], known: Any, where: str = "Trainer") -> None:
+    """A `TypeError` naming every argument `where` (``Trainer`` or ``fit``) does not take: Composer's with
+    what to do instead, others with the closest known name."""
+    if not arguments:
+        return
+    import difflib
+
+    advice = {**_COMPOSER_ONLY, **(_COMPOSER_FIT_ONLY if where == "fit" else {})}
+    lines = []
+    for name in arguments:
+        if name in advice:
+            lines.append(f"{name} (Composer's; not in cadence's {where}(): {advice[name]})")
+        else:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            lines.append(f"{name} (unknown{f'; did you mean {close[0]}?' if close else ''})")
+    raise TypeError(f"{where}() got unexpected keyword argument(s): " + "; ".join(lines))
+
+
+def check_microbatch_argument(size: Any, train_dataloader: Any, device: torch.device, world_size: int) -> int | None:
+    """`check_microbatch_size`, plus ``"auto"``: on a single GPU, the search starts from the whole batch."""
+    if size != "auto":
+        return check_microbatch_size(size, train_dataloader)
+    if device.type != "cuda":
+        raise ValueError(
+            f"device_train_microbatch_size='auto' searches for the largest microbatch that fits in GPU memory, and "
+            f"this run is on {device.type}; give an int (gradient accumulation) or None (whole batches)"
+        )
+    if world_size > 1:
+        raise ValueError(
+            "device_train_microbatch_size='auto' runs on one GPU (the ranks would have to agree on every retry); "
+            "give an int under torchrun"
+        )
+    return None

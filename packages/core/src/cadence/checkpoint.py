@@ -10,8 +10,10 @@ business; this module only moves files:
 * `load_checkpoint` raises `CheckpointError` naming the file and saying what is wrong (missing,
   empty, damaged or truncated, not a checkpoint, carrying Python objects), never torch's advice
   to load with ``weights_only=False``.
-* `find_resumable` picks the newest checkpoint of a folder that loads, from the ``ep*-ba*.pt``
-  files themselves (``latest.pt`` may be missing or dangling), warning about each it skips.
+* `find_resumable` picks the newest checkpoint of a folder that loads, from the checkpoint files
+  themselves (``latest.pt`` may be missing or dangling), warning about each it skips.
+* `CheckpointNames` is the file-name pattern (``ep{epoch}-ba{batch}.pt`` unless the trainer's
+  ``save_filename`` says otherwise), which both writes names and reads positions back from them.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 import os
 import pickletools
 import re
+import string
 import tempfile
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +33,12 @@ import torch
 __all__ = [
     "LATEST",
     "CheckpointError",
+    "CheckpointNames",
     "checkpoint_position",
     "checkpoint_to_start_from",
     "find_latest",
     "find_resumable",
+    "keep_newest",
     "list_checkpoints",
     "load_checkpoint",
     "load_run_checkpoint",
@@ -41,8 +47,82 @@ __all__ = [
 ]
 
 LATEST = "latest.pt"
-_NAME = re.compile(r"^ep(\d+)-ba(\d+)\.pt$")
-_TEMP = re.compile(r"^\.(ep\d+-ba\d+\.pt|latest\.pt)\..+\.tmp$")  # what save_checkpoint writes before renaming
+_FIELDS = {  # the fields a save_filename may use, and what each reads back as
+    "epoch": r"(?P<epoch>\d+)",
+    "batch": r"(?P<batch>\d+)",
+    "batch_in_epoch": r"\d+",
+    "sample": r"\d+",
+    "token": r"\d+",
+    "rank": r"\d+",
+    "run_name": r".+?",
+}
+
+
+@dataclass(frozen=True)
+class CheckpointNames:
+    """A checkpoint file-name pattern such as ``"ep{epoch}-ba{batch}.pt"`` (the default) or Composer's
+    ``"ep{epoch}-ba{batch}-rank{rank}.pt"``.
+
+    It must contain ``{epoch}`` and ``{batch}``: autoresume, ``save_num_checkpoints_to_keep`` and the
+    overwrite checks read a run's position back from its files' names. Other fields: ``{batch_in_epoch}``,
+    ``{sample}``, ``{token}``, ``{rank}``, ``{run_name}``.
+    """
+
+    pattern: str = "ep{epoch}-ba{batch}.pt"
+    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        pattern = self.pattern
+        if not isinstance(pattern, str):
+            raise TypeError(f"save_filename={pattern!r} must be a string such as 'ep{{epoch}}-ba{{batch}}.pt'")
+        try:
+            parts = list(string.Formatter().parse(pattern))
+        except ValueError as error:
+            raise ValueError(f"save_filename={pattern!r} is not a format string: {error}") from None
+        names = [name for _, name, _, _ in parts if name is not None]
+        unknown = [name for name in names if name not in _FIELDS]
+        if unknown or "/" in pattern or pattern in ("", LATEST) or pattern.startswith("."):
+            problem = f"unknown field(s) {', '.join(repr(n) for n in unknown)}" if unknown else "not a plain file name"
+            raise ValueError(
+                f"save_filename={pattern!r}: {problem}; use a file name with the fields {', '.join(_FIELDS)}"
+            )
+        if {"epoch", "batch"} - set(names):
+            raise ValueError(
+                f"save_filename={pattern!r} must contain {{epoch}} and {{batch}}: autoresume and "
+                "save_num_checkpoints_to_keep read the position back from the names"
+            )
+        regex = "".join(re.escape(text) + (_FIELDS[name] if name else "") for text, name, _, _ in parts)
+        for name in ("epoch", "batch"):  # a field used twice is read once
+            first = regex.find(f"(?P<{name}>")
+            regex = regex[: first + 1] + regex[first + 1 :].replace(f"(?P<{name}>", "(?:")
+        object.__setattr__(self, "_regex", re.compile(f"^{regex}$"))
+
+    def name_for(self, timestamp: Any, state: Any = None) -> str:
+        """The file name of a checkpoint at `timestamp` (a `Timestamp`) of the run `state` (rank, run name)."""
+        return self.pattern.format(
+            epoch=int(timestamp.epoch),
+            batch=int(timestamp.batch),
+            batch_in_epoch=int(timestamp.batch_in_epoch),
+            sample=int(timestamp.sample),
+            token=int(timestamp.token),
+            rank=getattr(state, "rank", 0),
+            run_name=getattr(state, "run_name", ""),
+        )
+
+    def position(self, name: str) -> tuple[int, int] | None:
+        """(epoch, batch) read from a file name of this pattern, or None for other names."""
+        match = self._regex.match(name)
+        return (int(match.group("epoch")), int(match.group("batch"))) if match else None
+
+    def is_temp_file(self, name: str) -> bool:
+        """A file `save_checkpoint` writes before renaming it: ``.<name>.<random>.tmp``."""
+        if not (name.startswith(".") and name.endswith(".tmp")):
+            return False
+        stem = name[1:-4].rsplit(".", 1)[0]
+        return stem == LATEST or self.position(stem) is not None
+
+
+DEFAULT_NAMES = CheckpointNames()
 _OBJECT_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "REDUCE", "BUILD"}
 
 
@@ -93,11 +173,11 @@ def save_checkpoint(payload: dict[str, Any], folder: str | Path, filename: str) 
     return target
 
 
-def remove_stale_temp_files(folder: str | Path) -> list[Path]:
+def remove_stale_temp_files(folder: str | Path, names: CheckpointNames = DEFAULT_NAMES) -> list[Path]:
     """Delete the temporary files a killed `save_checkpoint` left in `folder` (never a checkpoint)."""
     removed = []
     for path in Path(folder).glob(".*.tmp"):
-        if _TEMP.match(path.name) and path.is_file():
+        if names.is_temp_file(path.name) and path.is_file():
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
@@ -176,20 +256,26 @@ def _pickle_kind(path: Path, limit: int = 1 << 24) -> str:
 
 
 # Finding checkpoints ---------------------------------------------------------------------------
-def checkpoint_position(path: str | Path) -> tuple[int, int] | None:
-    """(epoch, batch) from a checkpoint's name ``ep<E>-ba<B>.pt``, or None for other names."""
-    match = _NAME.match(Path(path).name)
-    return (int(match.group(1)), int(match.group(2))) if match else None
+def checkpoint_position(path: str | Path, names: CheckpointNames = DEFAULT_NAMES) -> tuple[int, int] | None:
+    """(epoch, batch) from a checkpoint's name (``ep<E>-ba<B>.pt`` by default), or None for other names."""
+    return names.position(Path(path).name)
 
 
-def list_checkpoints(folder: str | Path) -> list[Path]:
-    """Checkpoints in `folder`, oldest first (by batch, then epoch)."""
+def list_checkpoints(folder: str | Path, names: CheckpointNames = DEFAULT_NAMES) -> list[Path]:
+    """Checkpoints in `folder` named by `names`, oldest first (by batch, then epoch)."""
     found = []
-    for path in Path(folder).glob("ep*-ba*.pt"):
-        position = checkpoint_position(path)
-        if position is not None:
+    for path in Path(folder).glob("*"):
+        position = checkpoint_position(path, names)
+        if position is not None and not path.is_symlink():
             found.append(((position[1], position[0]), path))
     return [path for _, path in sorted(found)]
+
+
+def keep_newest(folder: str | Path, keep: int, names: CheckpointNames = DEFAULT_NAMES) -> None:
+    """Delete all but the `keep` newest checkpoints of `folder` (-1 keeps all)."""
+    if keep > 0:
+        for old in list_checkpoints(folder, names)[:-keep]:
+            old.unlink(missing_ok=True)
 
 
 def find_latest(folder: str | Path) -> Path | None:
@@ -198,14 +284,14 @@ def find_latest(folder: str | Path) -> Path | None:
     return latest.resolve() if latest.exists() else None
 
 
-def find_resumable(folder: str | Path) -> tuple[Path, dict[str, Any]] | None:
+def find_resumable(folder: str | Path, names: CheckpointNames = DEFAULT_NAMES) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint of `folder` that loads, and its payload; None when the folder holds none.
 
     Each newer one that does not load is skipped with a warning naming it and why, and left
     as it is. When checkpoints exist but none loads, `CheckpointError` lists them all: starting
     over would silently lose the run.
     """
-    candidates = list_checkpoints(folder)
+    candidates = list_checkpoints(folder, names)
     failures = []
     for path in reversed(candidates):
         try:
@@ -232,7 +318,11 @@ def find_resumable(folder: str | Path) -> tuple[Path, dict[str, Any]] | None:
 
 
 def checkpoint_to_start_from(
-    save_folder: Path | None, load_path: str | Path | None, autoresume: bool, save_overwrite: bool
+    save_folder: Path | None,
+    load_path: str | Path | None,
+    autoresume: bool,
+    save_overwrite: bool,
+    names: CheckpointNames = DEFAULT_NAMES,
 ) -> tuple[Path, dict[str, Any]] | None:
     """(path, payload) a run starts from: `save_folder`'s newest loadable checkpoint with `autoresume`,
     else `load_path`, else None; never a choice that would overwrite another run's checkpoints.
@@ -243,10 +333,10 @@ def checkpoint_to_start_from(
     """
     existing: list[Path] = []
     if save_folder is not None:
-        remove_stale_temp_files(save_folder)
-        existing = list_checkpoints(save_folder)
+        remove_stale_temp_files(save_folder, names)
+        existing = list_checkpoints(save_folder, names)
         if autoresume and existing:
-            found = find_resumable(save_folder)
+            found = find_resumable(save_folder, names)
             if found is not None:
                 return found
         if existing and load_path is None and not save_overwrite:
@@ -258,7 +348,7 @@ def checkpoint_to_start_from(
         return None
     payload = load_run_checkpoint(load_path)
     loaded = (payload["timestamp"]["batch"], payload["timestamp"]["epoch"])
-    newer = [path for path in existing if (checkpoint_position(path) or (0, 0))[::-1] > loaded]
+    newer = [path for path in existing if (checkpoint_position(path, names) or (0, 0))[::-1] > loaded]
     if newer and not save_overwrite:
         raise ValueError(
             f"save_folder={str(save_folder)!r} holds checkpoints past the one loaded from {load_path} "

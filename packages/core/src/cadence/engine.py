@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import combinations
+from types import MappingProxyType
 from typing import Any
 
 from cadence.algorithm import Algorithm
@@ -19,7 +21,25 @@ from cadence.loggers.destination import LoggerDestination
 from cadence.loggers.logger import Logger
 from cadence.state import State
 
-__all__ = ["Engine", "MethodConflictError", "MethodError", "check_composition"]
+__all__ = ["Engine", "MethodConflictError", "MethodError", "Trace", "Traces", "check_composition"]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One method's run on one event (Composer's ``Trace``): `exit_code` is what its ``apply`` returned,
+    `order` its position among the methods that ran on the event."""
+
+    name: str
+    event: Event
+    exit_code: int | None = None
+    order: int | None = None
+    run: bool = False
+
+
+Traces = Mapping[str, Trace]
+"""``"{repr(method)}/{event}"`` -> `Trace`, as `Engine.run_event` returns it."""
+
+_NO_TRACES: Traces = MappingProxyType({})  # the usual answer: nothing ran, nothing allocated
 
 
 class MethodError(RuntimeError):
@@ -149,9 +169,10 @@ class Engine:
         ranked = sorted(algorithms, key=lambda algorithm: algorithm.order)  # stable
         for event in Event:
             candidates = [a for a in ranked if not a.events or event in a.events]
-            self._algorithm_plan[event] = candidates[::-1] if event.is_after_event else candidates
+            self._algorithm_plan[event] = candidates[::-1] if event.runs_methods_in_reverse else candidates
             self._callback_plan[event] = _callback_order(event, [c for c in callbacks if c.handles(event)])
         self._plan_key = (id(algorithms), len(algorithms), id(callbacks), len(callbacks))
+        self._trace_names = {id(a): f"{a!r}/" for a in algorithms}  # repr once per plan, not once per event
 
     def plan(self, event: Event | str) -> list[Algorithm]:
         """The methods that may run on `event`, in the order they would run."""
@@ -172,10 +193,11 @@ class Engine:
         return "\n".join(lines)
 
     # Running ----------------------------------------------------------------------
-    def run_event(self, event: Event | str) -> None:
+    def run_event(self, event: Event | str) -> Traces:
         """Run the methods matched on `event` (in plan order) and the callbacks that handle it.
 
-        On INIT the callbacks run first (destinations before the others), then the methods.
+        On INIT the callbacks run first (destinations before the others), then the methods. Returns
+        the methods that ran, with what their ``apply`` returned (Composer's traces).
         """
         if event.__class__ is not Event:
             event = Event(event)
@@ -183,12 +205,12 @@ class Engine:
             self._ensure_open()
             _claim(self)
             self.run_callbacks(event)
-            self.run_algorithms(event)
-            return
-        self.run_algorithms(event)
+            return self.run_algorithms(event)
+        traces = self.run_algorithms(event)
         self.run_callbacks(event)
+        return traces
 
-    def run_algorithms(self, event: Event | str) -> None:
+    def run_algorithms(self, event: Event | str) -> Traces:
         """Only the methods' part of `event` (the trainer writes checkpoints between the two parts)."""
         if event.__class__ is not Event:
             event = Event(event)
@@ -196,14 +218,19 @@ class Engine:
         self._refresh_plan()
         algorithms = self._algorithm_plan[event]
         if not algorithms:
-            return
+            return _NO_TRACES
         state, logger = self.state, self.logger
+        traces: dict[str, Trace] | None = None
         for algorithm in algorithms:
             if algorithm.match(event, state):
                 try:
-                    algorithm.apply(event, state, logger)
+                    exit_code = algorithm.apply(event, state, logger)
                 except Exception as error:
                     raise MethodError(algorithm.name, event, error) from error
+                traces = {} if traces is None else traces
+                key = (self._trace_names.get(id(algorithm)) or f"{algorithm!r}/") + event.value
+                traces[key] = Trace(algorithm.name, event, exit_code, len(traces), True)
+        return _NO_TRACES if traces is None else traces
 
     def run_callbacks(self, event: Event | str) -> None:
         """Only the callbacks' part of `event`."""

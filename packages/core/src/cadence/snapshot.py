@@ -25,7 +25,9 @@ __all__ = [
     "capture_rng",
     "restore_rng",
     "restore_run",
+    "restore_weights",
     "run_payload",
+    "seed_all",
 ]
 
 FORMAT_VERSION = 1
@@ -33,6 +35,17 @@ FORMAT_VERSION = 1
 
 class CheckpointMismatchError(CheckpointError):
     """A checkpoint that loads but does not fit this run (model, optimizers, schedulers)."""
+
+
+def seed_all(seed: int) -> None:
+    """Seed Python, NumPy (when installed) and torch (every device)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    np.random.seed(seed % 2**32)
 
 
 def capture_rng() -> dict[str, Any]:
@@ -89,7 +102,7 @@ def _restore_named_states(objects: list[Any], saved: list[list[Any]], kind: str)
     for name, state in saved:
         if waiting.get(name):
             waiting[name].pop(0).load_state_dict(state)
-        elif state:
+        elif set(state) - {"repr"}:  # a stateless method saves only its repr (Composer's default)
             warnings.warn(
                 f"the checkpoint holds state for {kind} {name}, which this run does not use; ignored", stacklevel=3
             )
@@ -182,8 +195,10 @@ def run_payload(
     }
 
 
-def restore_run(state: State, payload: dict[str, Any], schedulers: list[Any], path: str | Path) -> dict[str, Any]:
-    """Load `payload` (read from `path`) into `state`, strictly.
+def restore_run(
+    state: State, payload: dict[str, Any], schedulers: list[Any], path: str | Path, strict_weights: bool = True
+) -> dict[str, Any]:
+    """Load `payload` (read from `path`) into `state`, strictly (the model's keys too, unless not `strict_weights`).
 
     Returns ``{"rng": this rank's RNG states or None, "trainer": the loop's counters}``; the
     caller restores the RNG last.
@@ -192,15 +207,7 @@ def restore_run(state: State, payload: dict[str, Any], schedulers: list[Any], pa
         raise CheckpointError(
             path, f"format {payload.get('format')!r} is not {FORMAT_VERSION}: an incompatible cadence version wrote it"
         )
-    _check_surgeries(state, payload, path)
-    try:
-        state.model.load_state_dict(payload["model"], strict=True)
-    except RuntimeError as error:  # size mismatch, missing or unexpected keys
-        raise CheckpointMismatchError(
-            path,
-            f"its model weights do not fit this model ({type(state.model).__name__}): {error}. Build the same "
-            "model (and list the same surgery methods) as the run that wrote it",
-        ) from None
+    restore_weights(state, payload, path, strict=strict_weights)
     _restore_optimizers(state, payload, path)
     if len(payload["schedulers"]) != len(schedulers):
         raise CheckpointMismatchError(
@@ -220,6 +227,30 @@ def restore_run(state: State, payload: dict[str, Any], schedulers: list[Any], pa
     _restore_metric_states(state.train_metrics, payload["train_metrics"])
     rng = payload["rng"]
     return {"rng": rng[state.rank] if state.rank < len(rng) else None, "trainer": payload.get("trainer", {})}
+
+
+def restore_weights(state: State, payload: dict[str, Any], path: str | Path, strict: bool = True) -> None:
+    """Load only the model's weights from `payload` (Composer's ``load_weights_only``), after checking
+    that this run applies the surgeries the checkpoint was written after.
+
+    With ``strict=False`` (``load_strict_model_weights=False``) missing and unexpected keys are
+    allowed and named in a warning; a tensor of the wrong shape is always an error.
+    """
+    _check_surgeries(state, payload, path)
+    try:
+        result = state.model.load_state_dict(payload["model"], strict=strict)
+    except RuntimeError as error:  # size mismatch, missing or unexpected keys
+        raise CheckpointMismatchError(
+            path,
+            f"its model weights do not fit this model ({type(state.model).__name__}): {error}. Build the same "
+            "model (and list the same surgery methods) as the run that wrote it",
+        ) from None
+    if not strict and (result.missing_keys or result.unexpected_keys):
+        warnings.warn(
+            f"loaded the weights of {path} non-strictly: missing {result.missing_keys or 'none'}, "
+            f"unexpected {result.unexpected_keys or 'none'}",
+            stacklevel=3,
+        )
 
 
 def _missing_methods_hint(state: State, payload: dict[str, Any]) -> str:

@@ -54,6 +54,8 @@ class State:
             batches per epoch (an int that also reads as Composer's ``Time`` in ba); see `set_dataloader`.
         train_dataloader: the training loader (cadence trains from it; `dataloader` is the same loader).
         device, precision, rank, world_size, rank_zero_seed: the run's environment.
+        iteration_length: epochs per iteration (ITERATION_END fires after each); None, the default, makes
+            the whole run one iteration, as in Composer.
         checkpoint_due: True while the methods run on BATCH_CHECKPOINT, EPOCH_CHECKPOINT or FIT_END
             when the trainer writes a checkpoint right after them (a method that swaps weights for
             checkpoints, such as EMA, reads it); the callbacks of the event run after the write.
@@ -104,6 +106,7 @@ class State:
         self.eval_metrics: dict[str, Metric] = {}
         self.scale_schedule_ratio = 1.0  # the schedules' stretch; set by the trainer and ScaleSchedule on INIT
         self.checkpoint_due = False  # True while methods run on an event after which a checkpoint is written
+        self.iteration_length: int | None = None  # epochs per iteration (Composer's _iteration_length); None: one
 
     @property
     def seed(self) -> int:

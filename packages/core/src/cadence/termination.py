@@ -13,8 +13,9 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
-__all__ = ["RunTerminated", "sigterm_raises"]
+__all__ = ["RunEnd", "RunTerminated", "sigterm_raises"]
 
 
 class RunTerminated(SystemExit):
@@ -51,3 +52,30 @@ def sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class RunEnd:
+    """Finishes a run's loggers exactly once: FAILED (KILLED on Ctrl-C and SIGTERM) when an exception
+    escapes a `guard` block, FINISHED by ``finish("FINISHED")``."""
+
+    def __init__(self, logger: Any):
+        self.logger = logger
+        self.finished = False
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """If anything escapes the block, the loggers record the run FAILED (KILLED on Ctrl-C or SIGTERM)."""
+        try:
+            with sigterm_raises():
+                yield
+        except (KeyboardInterrupt, RunTerminated) as error:
+            self.finish("KILLED", error)
+            raise
+        except BaseException as error:
+            self.finish("FAILED", error)
+            raise
+
+    def finish(self, status: str, error: BaseException | None = None) -> None:
+        if not self.finished:
+            self.finished = True
+            self.logger.finish(status, error=error)

@@ -3,17 +3,17 @@
 Setup (``__init__``): validate everything, join the process group (torchrun), seed, build
 the `State` and `Engine`, fire INIT (surgery), load a checkpoint between BEFORE_LOAD and
 AFTER_LOAD, then wrap the model in DDP. ``fit()`` runs epochs of batches of microbatches;
-``eval()`` runs the metrics over an evaluation loader.
+``eval()`` and ``predict()`` run `cadence.evaluation`'s loops.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
-import random
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,44 +27,43 @@ from cadence import distributed as dist
 from cadence import snapshot
 from cadence.algorithm import Algorithm
 from cadence.arguments import (
+    DURATION_UNITS,
     as_list,
     check_checkpointing,
+    check_duration_is_countable,
+    check_flags,
     check_max_duration,
-    check_microbatch_size,
+    check_microbatch_argument,
     check_model,
+    check_seed_and_run_name,
     parse_device,
+    refuse_unknown_arguments,
 )
 from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
 from cadence.callback import Callback
-from cadence.data import LoaderPlan, prepare_loader
 from cadence.engine import Engine
+from cadence.evaluation import run_eval, run_predict
 from cadence.event import Event
 from cadence.intervals import IntervalLike, parse_interval
 from cadence.loggers.console import ConsoleLogger
 from cadence.loggers.destination import LoggerDestination
-from cadence.loggers.logger import Logger
+from cadence.loggers.logger import Logger, run_hyperparameters
+from cadence.microbatch_search import MicrobatchSearch
 from cadence.models.base import total_loss
 from cadence.nonfinite import NONFINITE_MODES, NonFiniteLossError, NonFiniteLossGuard
-from cadence.ops.checks import MAX_SEED, check_bool, check_choice
+from cadence.ops.checks import check_bool, check_choice
 from cadence.ops.schedule_scaling import scale_duration
+from cadence.ops.weight_decay import DecoupledSGDW
+from cadence.optimization import Optimization
 from cadence.precision import Precision, autocast_context, make_grad_scaler
-from cadence.schedulers import Scheduler, compile_schedulers
+from cadence.run_data import RunData, check_subset_num_batches, limited
+from cadence.schedulers import Scheduler
+from cadence.snapshot import seed_all
 from cadence.state import State
-from cadence.termination import RunTerminated, sigterm_raises
-from cadence.time import TimeLike, TimeUnit
+from cadence.termination import RunEnd
+from cadence.time import Time, TimeLike, Timestamp, parse_time
 
 __all__ = ["Trainer", "seed_all"]
-
-
-def seed_all(seed: int) -> None:
-    """Seed Python, NumPy (when installed) and torch (every device)."""
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy as np
-    except ImportError:
-        return
-    np.random.seed(seed % 2**32)
 
 
 class Trainer:
@@ -74,23 +73,31 @@ class Trainer:
         model: a `cadence.Model` (``forward(batch)``, ``loss(outputs, batch)``).
         train_dataloader: yields batches; standard DataLoaders are rebuilt for exact resume and sharding.
         max_duration: ``"10ep"``, ``"500ba"``, ``"3e4sp"``, ``Time`` or an int (epochs).
-        optimizers: a torch optimizer built on ``model.parameters()``.
+        optimizers: torch optimizers built on ``model.parameters()`` (default, as Composer's:
+            ``DecoupledSGDW(model.parameters(), lr=0.1)``).
         schedulers: cadence schedulers (stepped every batch) or torch ``LRScheduler``s (every epoch).
+        train_subset_num_batches, eval_subset_num_batches: cut every epoch / evaluation to this many batches
+            (-1: all).
         algorithms, callbacks, loggers: methods, observers, log destinations (each: one object or a list).
         eval_dataloader, eval_interval: what to evaluate and when (``"1ep"``, ``"100ba"``, 0 = never).
         device: ``"cpu"`` or ``"gpu"`` (default: GPU when CUDA is available).
         precision: ``"fp32"``, ``"amp_bf16"`` or ``"amp_fp16"`` (default bf16 on GPUs that have it).
-        device_train_microbatch_size: split each batch into microbatches of this size (gradient accumulation).
+        device_train_microbatch_size: split each batch into microbatches of this size (gradient accumulation);
+            ``"auto"`` (one GPU) finds the largest that fits (`cadence.microbatch_search`).
         save_folder, save_interval, save_num_checkpoints_to_keep: checkpointing (-1 keeps all).
+        save_filename: the checkpoints' names, with ``{epoch}`` and ``{batch}`` (`cadence.checkpoint.CheckpointNames`).
         save_overwrite: allow writing over checkpoints of other run positions in ``save_folder``.
         load_path: a checkpoint to start from. autoresume: continue from the newest checkpoint of
             ``save_folder`` that loads (damaged ones are skipped with a warning, never deleted).
-        seed: the root seed (random when None; every rank uses ``seed + rank``).
-        deterministic_mode: ask torch for deterministic kernels.
+        load_weights_only, load_strict_model_weights: take only the model's weights from `load_path`
+            (the run starts at zero), and allow missing or unexpected keys (named in a warning).
+        seed, deterministic_mode: the root seed (random when None; rank r uses ``seed + r``); deterministic kernels.
         scale_schedule_ratio: stretch (>1) or shrink (<1) the run and every schedule.
         run_name, progress_bar, compute_train_metrics: presentation.
         nonfinite_loss: ``"error"`` stops the run at a NaN/inf loss, naming the step; ``"skip"`` skips
             such steps (see `cadence.nonfinite` for what each costs on an accelerator).
+
+    Composer arguments that cadence does not take raise a `TypeError` that says what to use instead.
 
     The trainer owns the end of the run: its loggers are finished exactly once, FAILED (or KILLED
     on Ctrl-C and SIGTERM) when an exception escapes ``__init__`` or ``fit``, FINISHED by `close`.
@@ -111,12 +118,17 @@ class Trainer:
         eval_interval: IntervalLike = 1,
         device: str | torch.device | None = None,
         precision: str | Precision | None = None,
-        device_train_microbatch_size: int | None = None,
+        device_train_microbatch_size: int | str | None = None,
+        train_subset_num_batches: int = -1,
+        eval_subset_num_batches: int = -1,
         save_folder: str | Path | None = None,
+        save_filename: str = "ep{epoch}-ba{batch}.pt",
         save_interval: IntervalLike = "1ep",
         save_num_checkpoints_to_keep: int = -1,
         save_overwrite: bool = False,
         load_path: str | Path | None = None,
+        load_weights_only: bool = False,
+        load_strict_model_weights: bool = True,
         autoresume: bool = False,
         seed: int | None = None,
         deterministic_mode: bool = False,
@@ -125,13 +137,17 @@ class Trainer:
         progress_bar: bool = True,
         compute_train_metrics: bool = False,
         nonfinite_loss: str = "error",
+        **unsupported: Any,
     ):
         # Validate everything before any work is done ------------------------------------
+        refuse_unknown_arguments(unsupported, inspect.signature(Trainer).parameters)
         check_model(model)
         device_ = parse_device(device)
         precision_ = Precision.parse(precision, device_)
         max_duration_, ssr = check_max_duration(max_duration, scale_schedule_ratio)
-        microbatch_size = check_microbatch_size(device_train_microbatch_size, train_dataloader)
+        for name, subset in (("train", train_subset_num_batches), ("eval", eval_subset_num_batches)):
+            check_subset_num_batches(f"{name}_subset_num_batches", subset)
+        self._names = ckpt.CheckpointNames(save_filename)
         optimizers_ = as_list(optimizers, "optimizers", torch.optim.Optimizer)
         schedulers_ = as_list(schedulers, "schedulers", (Scheduler, LRScheduler))
         algorithms_ = as_list(algorithms, "algorithms", object)  # the Engine checks they are Algorithms
@@ -139,15 +155,12 @@ class Trainer:
         loggers_ = as_list(loggers, "loggers", LoggerDestination)
         self._eval_interval = parse_interval(eval_interval, "eval_interval")
         self._save_interval = parse_interval(save_interval, "save_interval")
-        flags = {"autoresume": autoresume, "save_overwrite": save_overwrite, "deterministic_mode": deterministic_mode,
-                 "progress_bar": progress_bar, "compute_train_metrics": compute_train_metrics}  # fmt: skip
-        for name, flag in flags.items():
-            check_bool(name, flag)
+        check_flags(autoresume=autoresume, save_overwrite=save_overwrite, deterministic_mode=deterministic_mode,
+                    progress_bar=progress_bar, compute_train_metrics=compute_train_metrics,
+                    load_weights_only=load_weights_only,
+                    load_strict_model_weights=load_strict_model_weights)  # fmt: skip
         check_checkpointing(save_folder, save_num_checkpoints_to_keep, autoresume, load_path)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
-            raise ValueError(f"seed={seed!r} must be an int in [0, 2**63 - 1], or None for a random seed")
-        if run_name is not None and not isinstance(run_name, str):
-            raise TypeError(f"run_name={run_name!r} must be a string or None")
+        check_seed_and_run_name(seed, run_name)
         self._nonfinite = NonFiniteLossGuard(check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_MODES))
         self.save_folder = Path(save_folder) if save_folder is not None else None
         self.save_num_checkpoints_to_keep = save_num_checkpoints_to_keep
@@ -156,6 +169,7 @@ class Trainer:
 
         # Environment: process group, seeds, determinism ---------------------------------
         rank, world_size = dist.initialize_from_environment(device_)
+        microbatch_size = check_microbatch_argument(device_train_microbatch_size, train_dataloader, device_, world_size)
         if seed is None:
             seed = dist.broadcast_object(int(time.time_ns() % 2**31))
         seed_all(seed + rank)
@@ -167,10 +181,11 @@ class Trainer:
 
         # State, loaders, engine ------------------------------------------------------------
         model.to(device_)
-        self._train_plan: LoaderPlan | None = None
-        if train_dataloader is not None:
-            self._train_plan = prepare_loader(train_dataloader, seed=seed, rank=rank, world_size=world_size, train=True)
-        self._eval_plan = self._prepare_eval(eval_dataloader, seed, rank, world_size)
+        if optimizers is None and any(p.requires_grad for p in model.parameters()):
+            optimizers_ = [DecoupledSGDW(model.parameters(), lr=0.1)]  # Composer's default
+        self._data = RunData(seed, rank, world_size)
+        self._data.set_train(train_dataloader, train_subset_num_batches)
+        self._data.set_eval(eval_dataloader, eval_subset_num_batches)
         if rank != 0:  # only rank 0 logs
             loggers_ = []
         elif progress_bar and not any(isinstance(d, ConsoleLogger) for d in loggers_):
@@ -179,8 +194,8 @@ class Trainer:
             model=model,
             max_duration=max_duration_,
             rank_zero_seed=seed,
-            dataloader=self._train_plan.loader if self._train_plan else None,
-            dataloader_len=len(self._train_plan) if self._train_plan and self._train_plan.has_length else None,
+            dataloader=self._data.train.loader if self._data.train else None,
+            dataloader_len=self._data.epoch_length(),
             optimizers=optimizers_,
             algorithms=algorithms_,
             callbacks=[*callbacks_, *loggers_],
@@ -196,8 +211,10 @@ class Trainer:
         self.state.scale_schedule_ratio = ssr
         self.state.scaler = make_grad_scaler(precision_, device_)
         self.logger = Logger(self.state, loggers_)
-        self._finished = False  # the loggers are finished exactly once, here or in close()
-        with self._ends_run_on_failure():  # from here on the run exists: a failure is recorded
+        auto_microbatches = device_train_microbatch_size == "auto"
+        self._microbatch_search = MicrobatchSearch(self.state, self.logger) if auto_microbatches else None
+        self._end = RunEnd(self.logger)  # the loggers are finished exactly once
+        with self._end.guard():  # from here on the run exists: a failure is recorded
             self.engine = Engine(self.state, logger=self.logger)  # rejects conflicting methods
 
             # INIT (surgery), then metrics and schedulers on the final model -----------------
@@ -205,13 +222,17 @@ class Trainer:
             model = self.state.model
             self.state.train_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=True).items()}
             self.state.eval_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=False).items()}
-            self._schedulers = compile_schedulers(schedulers_, self.state)
+            self._optimization = Optimization(self.state, schedulers_)
 
             # Load a checkpoint between BEFORE_LOAD and AFTER_LOAD; restore RNG last -----------
             self.engine.run_event(Event.BEFORE_LOAD)
-            resume_from = ckpt.checkpoint_to_start_from(self.save_folder, load_path, autoresume, save_overwrite)
-            if resume_from is not None:
-                self._load(*resume_from)
+            start = ckpt.checkpoint_to_start_from(self.save_folder, load_path, autoresume, save_overwrite, self._names)
+            from_load_path = start is not None and load_path is not None and start[0] == Path(load_path)
+            weights_only = load_weights_only and from_load_path
+            if weights_only:
+                snapshot.restore_weights(self.state, start[1], start[0], strict=load_strict_model_weights)
+            elif start is not None:
+                self._load(*start, strict=load_strict_model_weights)
             self.engine.run_event(Event.AFTER_LOAD)
 
             # Distributed wrapper (after surgery and loading: DDP broadcasts rank 0's weights) -
@@ -226,74 +247,89 @@ class Trainer:
         self._create_graph = any(a.backwards_create_graph for a in self.state.algorithms)
         self._first_batch_checked = False
         self._last_eval_batch = -1
-        self._last_save = self._position() if resume_from is not None else None
+        self._last_save = self._position() if start is not None and not weights_only else None
 
     def _position(self) -> tuple[int, int]:
         return self.state.timestamp.epoch, self.state.timestamp.batch
 
     # Setup helpers ------------------------------------------------------------------------
-    @staticmethod
-    def _prepare_eval(loader: Iterable[Any] | None, seed: int, rank: int, world_size: int) -> LoaderPlan | None:
-        if loader is None:
-            return None
-        return prepare_loader(loader, seed=seed, rank=rank, world_size=world_size, train=False)
-
-    def _load(self, path: Path, payload: dict[str, Any]) -> None:
-        restored = snapshot.restore_run(self.state, payload, self.state.schedulers, path)
+    def _load(self, path: Path, payload: dict[str, Any], strict: bool = True) -> None:
+        restored = snapshot.restore_run(self.state, payload, self.state.schedulers, path, strict_weights=strict)
         self._nonfinite.load_state_dict(restored["trainer"].get("nonfinite", {}))
-        for plan in (self._train_plan, self._eval_plan):
-            if plan is not None:  # the data order follows the seed of the run that wrote the checkpoint
-                plan.reseed(self.state.rank_zero_seed)
+        self._data.reseed(self.state.rank_zero_seed)
         if restored["rng"] is not None:
             snapshot.restore_rng(restored["rng"])
         else:
             warnings.warn(f"the checkpoint has no RNG state for rank {self.state.rank}; reseeding", stacklevel=3)
             seed_all(self.state.seed)
 
-    # The end of the run ---------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _ends_run_on_failure(self) -> Iterator[None]:
-        """If anything escapes the block, the loggers record the run FAILED (KILLED on Ctrl-C or SIGTERM)."""
-        try:
-            with sigterm_raises():
-                yield
-        except (KeyboardInterrupt, RunTerminated) as error:
-            self._finish("KILLED", error)
-            raise
-        except BaseException as error:
-            self._finish("FAILED", error)
-            raise
-
-    def _finish(self, status: str, error: BaseException | None = None) -> None:
-        if not self._finished:
-            self._finished = True
-            self.logger.finish(status, error=error)
-
     # Training -----------------------------------------------------------------------------
-    def fit(self) -> None:
-        """Train until `max_duration`. If anything escapes, loggers record the run FAILED (KILLED on SIGINT/SIGTERM)."""
-        state = self.state
-        if self._train_plan is None or state.max_duration is None:
-            raise ValueError("fit() needs train_dataloader and max_duration; pass them to Trainer(...)")
-        if not state.optimizers:
-            raise ValueError("fit() needs optimizers; e.g. optimizers=torch.optim.SGD(model.parameters(), lr=0.1)")
-        with self._ends_run_on_failure():
+    def fit(
+        self,
+        *,
+        train_dataloader: Iterable[Any] | None = None,
+        duration: TimeLike | None = None,
+        reset_time: bool = False,
+        optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+        schedulers: Any = None,
+        train_subset_num_batches: int | None = None,
+        eval_dataloader: Iterable[Any] | None = None,
+        eval_interval: IntervalLike | None = None,
+        eval_subset_num_batches: int | None = None,
+        **unsupported: Any,
+    ) -> None:
+        """Train until `max_duration`. If anything escapes, loggers record the run FAILED (KILLED on SIGINT/SIGTERM).
+
+        As in Composer, each argument replaces the constructor's for this and later calls: `duration` trains that
+        much more (from zero after `reset_time`, which restarts the schedules); new `optimizers` take them along.
+        """
+        refuse_unknown_arguments(unsupported, inspect.signature(Trainer.fit).parameters, "fit")
+        with self._end.guard():
+            check_bool("reset_time", reset_time)
+            if train_dataloader is not None or train_subset_num_batches is not None:
+                self._set_train_data(train_dataloader, train_subset_num_batches)
+            self._data.set_eval(eval_dataloader, eval_subset_num_batches)
+            if reset_time:
+                self.state.timestamp = Timestamp()
+                self._last_eval_batch, self._last_save = -1, None
+            if duration is not None:
+                duration = parse_time("duration", duration, units=DURATION_UNITS, positive=True)
+                self.state.max_duration = duration + Time(self.state.timestamp.get(duration.unit), duration.unit)
+            if optimizers is not None or schedulers is not None:
+                self._optimization.replace(optimizers, schedulers)
+            if eval_interval is not None:
+                self._eval_interval = parse_interval(eval_interval, "eval_interval")
+            if self._data.train is None or self.state.max_duration is None:
+                raise ValueError("fit() needs train_dataloader and max_duration (or duration); pass them")
+            if not self.state.optimizers:
+                raise ValueError("fit() needs optimizers; e.g. optimizers=torch.optim.SGD(model.parameters(), lr=0.1)")
             self._fit()
+
+    def _set_train_data(self, loader: Iterable[Any] | None, subset: int | None) -> None:
+        self._data.set_train(loader, subset)
+        if self._data.train is None:
+            raise ValueError("fit(train_subset_num_batches=...) needs a train_dataloader; pass one")
+        if loader is not None:
+            self._first_batch_checked = False  # the methods look at the new batches before they train
+        self.state.set_dataloader(self._data.train.loader, "train", self._data.epoch_length())
+        self.state.train_dataloader = self._data.train.loader
 
     def _fit(self) -> None:
         state = self.state
         # methods may wrap the optimizers up to AFTER_LOAD; from here on they are fixed
         self._closure_optimizer = next((o for o in state.optimizers if getattr(o, "uses_closure", False)), None)
         state.model.train()
-        self.logger.log_hyperparameters(self._hyperparameters())
+        self.logger.log_hyperparameters(run_hyperparameters(state))
         self.engine.run_event(Event.FIT_START)
         while not state.is_done():
+            if state.timestamp.batch_in_epoch == 0 and state.timestamp.epoch_in_iteration == 0:
+                self.engine.run_event(Event.ITERATION_START)
             if state.timestamp.batch_in_epoch == 0:
                 self.engine.run_event(Event.EPOCH_START)
             if self._train_epoch():
                 self._end_epoch()
         self._nonfinite.check()
-        evaluation_due = self._eval_plan is not None and self._eval_interval is not None
+        evaluation_due = self._data.eval is not None and self._eval_interval is not None
         if evaluation_due and self._last_eval_batch != state.timestamp.batch:
             self._evaluate()
         self._run_event_saving(Event.FIT_END, self.save_folder is not None and self._last_save != self._position())
@@ -302,8 +338,8 @@ class Trainer:
     def _train_epoch(self) -> bool:
         """Train until the epoch ends (True) or the run is done mid-epoch (False)."""
         state = self.state
-        assert self._train_plan is not None
-        batches = self._train_plan.epoch(state.timestamp.epoch, skip_batches=state.timestamp.batch_in_epoch)
+        assert self._data.train is not None
+        batches = self._data.train.epoch(state.timestamp.epoch, skip_batches=state.timestamp.batch_in_epoch)
         while not (state.dataloader_len and state.timestamp.batch_in_epoch >= state.dataloader_len):
             self.engine.run_event(Event.BEFORE_DATALOADER)
             try:
@@ -325,12 +361,7 @@ class Trainer:
         """Before anything trains: every method can work on these batches, and a ``tok`` duration can end."""
         self._first_batch_checked = True
         self.engine.check_applicable(batch)
-        duration = self.state.max_duration
-        if duration is not None and duration.unit is TimeUnit.TOKEN and batch_num_tokens(batch) == 0:
-            raise ValueError(
-                f"max_duration={duration} counts tokens, but the training batches hold none (tokens are counted in "
-                "a dict batch's 'input_ids'); give max_duration in ep, ba or sp"
-            )
+        check_duration_is_countable(self.state.max_duration, batch)
 
     def _train_batch(self) -> None:
         state = self.state
@@ -361,11 +392,9 @@ class Trainer:
             elif self.logger.destinations:
                 self.logger.log_metrics({"trainer/nonfinite_skips": self._nonfinite.skipped}, step=step)
         state.timestamp = state.timestamp.to_next_batch(num_samples, num_tokens, time.perf_counter() - started)
-        for scheduler, every_batch in self._schedulers:
-            if every_batch:
-                scheduler.step()
+        self._optimization.step(every_batch=True)
         if self.logger.destinations:
-            self.logger.log_metrics({"loss/train/total": loss, **self._learning_rates()})
+            self.logger.log_metrics({"loss/train/total": loss, **self._optimization.learning_rates()})
         self.engine.run_event(Event.BATCH_END)
         self._evaluate_and_save_if_due(Event.BATCH_END, Event.BATCH_CHECKPOINT)
 
@@ -375,6 +404,12 @@ class Trainer:
         Under DDP the gradients are all-reduced on the last microbatch, unless `sync` is False (a
         closure optimizer's first pass may use local gradients, as SAM's perturbation does).
         """
+        if self._microbatch_search is not None:  # "auto": halve the microbatches until the batch fits
+            step = lambda: self._accumulate(batch, sync, metrics)  # noqa: E731
+            return self._microbatch_search.run(step, batch_num_samples(batch))
+        return self._accumulate(batch, sync, metrics)
+
+    def _accumulate(self, batch: Any, sync: bool, metrics: bool) -> torch.Tensor:
         state = self.state
         size = state.device_train_microbatch_size
         microbatches = split_batch(batch, size) if size else [batch]
@@ -426,14 +461,16 @@ class Trainer:
             for metric in state.train_metrics.values():
                 metric.reset()
         state.timestamp = state.timestamp.to_next_epoch()
-        for scheduler, every_batch in self._schedulers:
-            if not every_batch:
-                scheduler.step()
+        self._optimization.step(every_batch=False)
         self.engine.run_event(Event.EPOCH_END)
         self._evaluate_and_save_if_due(Event.EPOCH_END, Event.EPOCH_CHECKPOINT)
+        if state.iteration_length and state.timestamp.epoch_in_iteration >= state.iteration_length:
+            self.engine.run_event(Event.ITERATION_END)
+            state.timestamp = state.timestamp.to_next_iteration()
+            self.engine.run_event(Event.ITERATION_CHECKPOINT)
 
     def _evaluate_and_save_if_due(self, event: Event, checkpoint_event: Event) -> None:
-        if self._eval_plan is not None and self._eval_interval is not None and self._eval_interval(self.state, event):
+        if self._data.eval is not None and self._eval_interval is not None and self._eval_interval(self.state, event):
             self._evaluate()
         save = (
             self.save_folder is not None and self._save_interval is not None and self._save_interval(self.state, event)
@@ -452,69 +489,37 @@ class Trainer:
             self._save()
         self.engine.run_callbacks(event)
 
-    def _learning_rates(self) -> dict[str, float]:
-        return {
-            f"lr-{type(opt).__name__}/group{i}": group["lr"]
-            for opt in self.state.optimizers
-            for i, group in enumerate(opt.param_groups)
-        }
+    # Evaluation and prediction ----------------------------------------------------------
+    def eval(self, eval_dataloader: Iterable[Any] | None = None, subset_num_batches: int = -1) -> dict[str, float]:
+        """Evaluate now (on `eval_dataloader`, or the trainer's); returns ``{metric name: value}``.
 
-    def _hyperparameters(self) -> dict[str, Any]:
-        state = self.state
-        return {
-            "seed": state.rank_zero_seed,
-            "max_duration": str(state.max_duration),
-            "device": str(state.device),
-            "precision": state.precision.value,
-            "device_train_microbatch_size": state.device_train_microbatch_size,
-            "world_size": state.world_size,
-            "scale_schedule_ratio": state.scale_schedule_ratio,
-            "algorithms": ", ".join(repr(a) for a in state.algorithms),
-        }
-
-    # Evaluation ---------------------------------------------------------------------------
-    def eval(self, eval_dataloader: Iterable[Any] | None = None) -> dict[str, float]:
-        """Evaluate now (on `eval_dataloader`, or the trainer's); returns ``{metric name: value}``."""
-        if eval_dataloader is not None:
-            state = self.state
-            self._eval_plan = self._prepare_eval(eval_dataloader, state.rank_zero_seed, state.rank, state.world_size)
-        if self._eval_plan is None:
+        Fires EVAL_STANDALONE_START and EVAL_STANDALONE_END around the loop, as Composer's does.
+        """
+        subset = check_subset_num_batches("subset_num_batches", subset_num_batches)
+        self._data.set_eval(eval_dataloader)
+        if self._data.eval is None:
             raise ValueError("eval() needs an eval_dataloader; pass it here or to Trainer(...)")
-        return self._evaluate()
+        return self._evaluate(standalone=True, subset_num_batches=subset)
 
-    @torch.no_grad()
-    def _evaluate(self) -> dict[str, float]:
-        state, engine = self.state, self.engine
-        assert self._eval_plan is not None
+    def _evaluate(self, standalone: bool = False, subset_num_batches: int | None = None) -> dict[str, float]:
         self._nonfinite.check()  # never evaluate (or log) weights trained on a NaN loss
-        was_training = state.model.training
-        state.model.eval()
-        for metric in state.eval_metrics.values():
-            metric.reset()
-        engine.run_event(Event.EVAL_START)
-        evaluated = 0
-        for batch in self._eval_plan.epoch(0):
-            evaluated += 1
-            state.batch = batch_to_device(batch, state.device)
-            engine.run_event(Event.EVAL_BATCH_START)
-            engine.run_event(Event.EVAL_BEFORE_FORWARD)
-            with autocast_context(state.precision, state.device):
-                state.outputs = state.model.eval_forward(state.batch)
-            engine.run_event(Event.EVAL_AFTER_FORWARD)
-            for metric in state.eval_metrics.values():
-                state.model.update_metric(state.batch, state.outputs, metric)
-            engine.run_event(Event.EVAL_BATCH_END)
-        if not evaluated:
-            raise ValueError(
-                "eval_dataloader yielded no batches, so there is nothing to evaluate (metrics would read 0 or NaN); "
-                "check its dataset and drop_last, or leave eval_dataloader out"
-            )
-        results = {name: float(metric.compute()) for name, metric in state.eval_metrics.items()}
-        self.logger.log_metrics({f"metrics/eval/{name}": value for name, value in results.items()})
-        engine.run_event(Event.EVAL_END)
-        state.model.train(was_training)
-        self._last_eval_batch = state.timestamp.batch
+        first, last = (
+            (Event.EVAL_STANDALONE_START, Event.EVAL_STANDALONE_END)
+            if standalone
+            else (Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL)
+        )
+        self.engine.run_event(first)
+        results = run_eval(self.engine, self._data.eval_batches(subset_num_batches))
+        self.engine.run_event(last)
+        self._last_eval_batch = self.state.timestamp.batch
         return results
+
+    def predict(self, dataloader: Iterable[Any], subset_num_batches: int = -1, *, return_outputs: bool = True) -> list:
+        """The model's outputs (``model(batch)``, on the CPU) for every batch of `dataloader`, in eval mode and
+        without gradients, between PREDICT_START and PREDICT_END (Composer's ``Trainer.predict``)."""
+        subset = check_subset_num_batches("subset_num_batches", subset_num_batches)
+        check_bool("return_outputs", return_outputs)
+        return run_predict(self.engine, limited(self._data.plan(dataloader).epoch(0), subset), return_outputs)
 
     # Checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self) -> Path | None:
@@ -533,16 +538,13 @@ class Trainer:
         assert self.save_folder is not None
         trainer_state = {"nonfinite": self._nonfinite.state_dict()}
         payload = snapshot.run_payload(state, rng, [s.state_dict() for s in state.schedulers], trainer_state)
-        name = f"ep{state.timestamp.epoch}-ba{state.timestamp.batch}.pt"
-        path = ckpt.save_checkpoint(payload, self.save_folder, name)
-        if self.save_num_checkpoints_to_keep > 0:
-            for old in ckpt.list_checkpoints(self.save_folder)[: -self.save_num_checkpoints_to_keep]:
-                old.unlink(missing_ok=True)
+        path = ckpt.save_checkpoint(payload, self.save_folder, self._names.name_for(state.timestamp, state))
+        ckpt.keep_newest(self.save_folder, self.save_num_checkpoints_to_keep, self._names)
         return path
 
     def close(self) -> None:
         """End the run: the loggers record it FINISHED (unless it failed already), then callbacks release
         what they hold (progress bars). Idempotent."""
         self.logger.flush()
-        self._finish("FINISHED")
+        self._end.finish("FINISHED")
         self.engine.close()

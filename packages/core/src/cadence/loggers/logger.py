@@ -17,7 +17,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from cadence.state import State
 
-__all__ = ["Destination", "Logger", "failure_kind"]
+__all__ = ["Destination", "Logger", "failure_kind", "run_hyperparameters"]
+
+
+def run_hyperparameters(state: State) -> dict[str, Any]:
+    """What the trainer logs about a run at FIT_START (the methods by their repr, with arguments)."""
+    return {
+        "seed": state.rank_zero_seed,
+        "max_duration": str(state.max_duration),
+        "device": str(state.device),
+        "precision": state.precision.value,
+        "device_train_microbatch_size": state.device_train_microbatch_size,
+        "world_size": state.world_size,
+        "scale_schedule_ratio": state.scale_schedule_ratio,
+        "algorithms": ", ".join(repr(a) for a in state.algorithms),
+    }
 
 
 def failure_kind(error: BaseException) -> str:
