@@ -151,3 +151,27 @@ def test_records_that_cannot_be_read_are_refused_in_one_line(
     assert error.count("\n") == 1 and "bad.jsonl:1: not a run record ('mlflow_run_id')" in error
     assert main(["report", "--records", str(tmp_path / "missing")]) == 2
     assert "no such file or folder of run records (*.jsonl); pass the folder" in capsys.readouterr().err
+
+
+def test_git_sha_reads_a_checkout_and_a_worktree_of_it(tmp_path) -> None:
+    import subprocess
+
+    from cadence_harness.run import git_sha
+
+    def git(*args: str, cwd=tmp_path / "repo") -> str:
+        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+    (tmp_path / "repo").mkdir()
+    git("init", "-q")
+    (tmp_path / "repo" / "a.txt").write_text("a")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    sha = git("rev-parse", "HEAD")
+    (tmp_path / "repo" / "sub").mkdir()
+    assert git_sha(tmp_path / "repo" / "sub") == sha
+    git("worktree", "add", "-q", "--detach", str(tmp_path / "tree"))
+    assert git_sha(tmp_path / "tree") == sha  # detached: HEAD holds the commit
+    git("checkout", "-q", "-b", "topic", cwd=tmp_path / "tree")
+    assert git_sha(tmp_path / "tree") == sha  # on a branch: the ref lives in the main repository
+    git("pack-refs", "--all")
+    assert git_sha(tmp_path / "tree") == sha  # packed refs too

@@ -23,7 +23,7 @@ from typing import Any
 
 from cadence_harness.recipe_checks import RecipeError
 from cadence_harness.report import ArmSummary, Section
-from cadence_harness.tables import describe, format_table, tradeoff_markdown
+from cadence_harness.tables import describe, format_table, recipe_markdown, tradeoff_markdown
 from cadence_harness.tradeoff import pareto_points, verdict
 
 __all__ = ["MARK_END", "MARK_START", "eligible_sections", "replace_results", "write_cards", "write_index"]
@@ -256,6 +256,7 @@ def write_index(
         if section.has_tradeoff:
             front = pareto_points(section.curves, "flops")
             lines += ["", "Pareto front (FLOPs): " + "; ".join(f"{a} at {b}" for a, b, _, _ in front)]
+            lines += ["", recipe_markdown(section)]
         if (index_dir / f"{prefix}-curves.png").is_file():
             lines += ["", f"![accuracy over training time]({prefix}-curves.png)"]
     index_path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -55,21 +55,34 @@ class RunResult:
     metrics: dict[str, float]
 
 
+def _git_dirs(folder: Path) -> tuple[Path, Path] | None:
+    """(the folder holding HEAD, the one holding refs) of a checkout at `folder`: ``.git`` itself, or for a
+    worktree (``.git`` is a file ``gitdir: ...``) its own folder and the main repository's."""
+    dot = folder / ".git"
+    if dot.is_dir():
+        return dot, dot
+    if not dot.is_file() or not dot.read_text().startswith("gitdir:"):
+        return None
+    own = (folder / dot.read_text().split(":", 1)[1].strip()).resolve()
+    common = own / "commondir"
+    return own, (own / common.read_text().strip()).resolve() if common.is_file() else own
+
+
 def git_sha(start: Path | None = None) -> str:
     """The commit checked out in the repository holding this file, read from ``.git`` (no git needed)."""
     folder = (start or Path(__file__)).resolve()
     for parent in [folder, *folder.parents]:
-        head = parent / ".git" / "HEAD"
-        if not head.is_file():
+        dirs = _git_dirs(parent)
+        if dirs is None or not (dirs[0] / "HEAD").is_file():
             continue
-        ref = head.read_text().strip()
+        ref = (dirs[0] / "HEAD").read_text().strip()
         if not ref.startswith("ref:"):
             return ref
         name = ref.split(" ", 1)[1]
-        loose = parent / ".git" / name
+        loose = dirs[1] / name
         if loose.is_file():
             return loose.read_text().strip()
-        packed = parent / ".git" / "packed-refs"
+        packed = dirs[1] / "packed-refs"
         if packed.is_file():
             for line in packed.read_text().splitlines():
                 if line.endswith(" " + name):

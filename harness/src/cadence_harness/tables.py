@@ -208,7 +208,15 @@ def section_markdown(section: Section) -> str:
     parts += [f"Reproduce: `{command}`\n" for command in commands]
     if section.has_tradeoff:
         parts.append(tradeoff_markdown(section))
+        parts += ["", recipe_markdown(section)]
     return "\n".join(parts)
+
+
+def recipe_markdown(section: Section) -> str:
+    """The greedy recipe search over the section's arms, in FLOPs and in time (`cadence_harness.recipe_search`)."""
+    from cadence_harness.recipe_search import greedy_search, registry_conflict
+
+    return "\n\n".join(greedy_search(section, unit, registry_conflict).markdown() for unit in ("flops", "train_s"))
 
 
 # CSV -------------------------------------------------------------------------------------------

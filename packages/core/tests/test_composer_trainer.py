@@ -325,21 +325,22 @@ def test_the_microbatch_search_halves_on_out_of_memory_and_keeps_the_size_that_f
 def test_auto_microbatching_finds_a_size_that_fits_on_a_gpu() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    free, _ = torch.cuda.mem_get_info()
-    width = 4096
-    samples = int(free // (width * 4 * 6)) * 2  # activations of the whole batch do not fit; half may
-    data = TensorDataset(torch.randn(samples, width), torch.randint(0, 2, (samples,)))
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(4)], torch.nn.Linear(width, 2))
     from cadence import Classifier
 
+    width = 1 << 18  # about 1 MiB of activations per sample and layer output: a batch of `samples` needs ~4x free
+    free, _ = torch.cuda.mem_get_info()
+    samples = int(free // (width * 4))
+    data = TensorDataset(torch.randn(samples, 64), torch.randint(0, 2, (samples,)))
+    model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, 2))
     trainer = Trainer(
         model=Classifier(model, num_classes=2),
         train_dataloader=DataLoader(data, batch_size=samples),
-        max_duration="1ba",
+        max_duration="2ba",
         device="gpu",
+        precision="fp32",
         device_train_microbatch_size="auto",
         progress_bar=False,
     )
     trainer.fit()
-    assert trainer.state.device_train_microbatch_size is not None
-    assert trainer.state.device_train_microbatch_size < samples
+    found = trainer.state.device_train_microbatch_size
+    assert found is not None and found < samples and trainer.state.timestamp.batch == 2

@@ -6,7 +6,7 @@ The whole loop, with every event where it fires (``Trainer.fit``)::
     BEFORE_LOAD; <load checkpoint>; AFTER_LOAD
     FIT_START
     while not done:
-        ITERATION_START                   # when an iteration begins (once per fit unless state.iteration_length)
+        ITERATION_START                   # when an iteration begins (once per run unless state.iteration_length)
         EPOCH_START                       # only when an epoch begins (not on a mid-epoch resume)
         for batch in dataloader:
             BEFORE_DATALOADER; <next(loader)>; AFTER_DATALOADER   # batch is on the device here

@@ -1,0 +1,234 @@
+"""The best recipe of a study: greedy forward selection over the methods that do not lose on their own.
+
+A recipe is judged as the issue that asked for it states: by how much less its curve needs to reach
+the **baseline's best accuracy** than the baseline's curve does (cost to reach it, read off each mean
+curve made monotone and interpolated against log cost, as `cadence_harness.tradeoff` does), with a
+paired percentile bootstrap over seeds. A recipe *qualifies* at >= 1.5x with the interval above 1.
+
+The search (`greedy_search`), over the records a study already holds:
+
+1. every single method whose speedup at matched accuracy is *worse* at no budget is *eligible*;
+2. the recipe starts as the eligible method with the largest speedup at the baseline's best accuracy;
+3. each round tries the recipe plus each other eligible method that can run with it; the best
+   candidate replaces the recipe if its point estimate is larger, else the search stops.
+
+A round whose candidates have not all been run yet stops the search there and names them, with the
+``cadence-bench grid`` command that runs them (the grid appends them to the same records, and the
+next search continues where this one stopped). Nothing is extrapolated: a curve that never reaches
+the target gives only a bound, and such a candidate is never chosen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cadence_harness.report import Section
+from cadence_harness.tradeoff import COSTS, Curve, _percentile, _resamples, cost_to_reach
+
+__all__ = [
+    "QUALIFYING_SPEEDUP",
+    "Round",
+    "Search",
+    "TargetSpeedup",
+    "greedy_search",
+    "registry_conflict",
+    "speedup_at_baseline_best",
+]
+
+QUALIFYING_SPEEDUP = 1.5
+
+
+@dataclass(frozen=True)
+class TargetSpeedup:
+    """The baseline's cost to reach its own best accuracy / an arm's cost to reach the same accuracy."""
+
+    arm: str
+    unit: str
+    n: int
+    target: float  # the baseline's best mean accuracy
+    value: float | None  # None: the arm's mean curve never reaches the target (only a bound is known)
+    low: float | None = None
+    high: float | None = None
+
+    def qualifies(self, ratio: float = QUALIFYING_SPEEDUP) -> bool:
+        return self.value is not None and self.value >= ratio and self.low is not None and self.low > 1
+
+    def format(self) -> str:
+        if self.value is None:
+            return f"does not reach {self.target:.1%}" + (f" (< {self.high:.2f}x)" if self.high else "")
+        if self.low is None or self.high is None:
+            return f"{self.value:.2f}x ({self.n} seed: no interval)"
+        low = "unbounded" if self.low == 0 else f"{self.low:.2f}"  # a resample never reached the target
+        high = "unbounded" if math.isinf(self.high) else f"{self.high:.2f}"
+        return f"{self.value:.2f}x [{low}, {high}]"
+
+
+def _ratio(base_cost: np.ndarray, base_acc: np.ndarray, cost: np.ndarray, acc: np.ndarray) -> tuple[float, float]:
+    """(safe low, safe high) of log(speedup) at the baseline's best accuracy of these mean curves."""
+    target = float(np.max(base_acc))
+    needed, _ = cost_to_reach(base_cost, base_acc, target)
+    assert needed is not None  # the baseline always reaches its own best
+    spent, beyond = cost_to_reach(cost, acc, target)
+    if spent is not None:
+        value = math.log(needed / spent)
+        return value, value
+    if beyond == "above":  # the arm needs more than its longest budget
+        return -math.inf, math.log(needed / float(np.max(cost)))
+    return math.log(needed / float(np.min(cost))), math.inf  # less than its shortest
+
+
+def speedup_at_baseline_best(
+    arm: Curve, base: Curve, unit: str, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> TargetSpeedup | None:
+    """`arm`'s speedup at the baseline's best mean accuracy in `unit`, with a paired bootstrap over seeds."""
+    seeds = sorted(set(arm.seeds) & set(base.seeds))
+    if unit not in arm.costs or unit not in base.costs or not seeds:
+        return None
+    pa, pb = [arm.seeds.index(s) for s in seeds], [base.seeds.index(s) for s in seeds]
+    a_acc, a_cost, b_acc, b_cost = arm.accuracy[pa], arm.costs[unit][pa], base.accuracy[pb], base.costs[unit][pb]
+    target = float(b_acc.mean(0).max())
+    low, high = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
+    value = math.exp(low) if low == high else None
+    if len(seeds) < 2:
+        return TargetSpeedup(arm.arm, unit, 1, target, value, None, None if value else math.exp(high))
+    rows, counts = _resamples(len(seeds), resamples, seed)
+    lows, highs = zip(*(_ratio(b_cost[r].mean(0), b_acc[r].mean(0), a_cost[r].mean(0), a_acc[r].mean(0)) for r in rows))
+    alpha = (1 - confidence) / 2
+    interval = math.exp(_percentile(lows, counts, alpha)), math.exp(_percentile(highs, counts, 1 - alpha))
+    return TargetSpeedup(arm.arm, unit, len(seeds), target, value, *interval)
+
+
+@dataclass
+class Round:
+    recipe: tuple[str, ...]
+    tried: list[tuple[str, TargetSpeedup | None]]  # candidate arm -> its speedup (None: not run yet)
+    chosen: str | None = None
+
+
+@dataclass
+class Search:
+    """The search's state over one study section, in one cost unit."""
+
+    study: str
+    unit: str
+    singles: list[tuple[str, TargetSpeedup | None, str]] = field(default_factory=list)  # method, speedup, why out
+    rounds: list[Round] = field(default_factory=list)
+    recipe: tuple[str, ...] = ()
+    speedup: TargetSpeedup | None = None
+    to_run: list[str] = field(default_factory=list)  # combinations the next round needs
+
+    def command(self) -> str:
+        combos = " ".join(f"--combination {arm}" for arm in self.to_run)
+        return f"cadence-bench grid {self.study} --arms baseline {combos} --data-dir ../shared/data"
+
+    def markdown(self) -> str:
+        unit = COSTS[self.unit]
+        lines = [
+            f"The recipe ({unit}): greedy forward selection over the methods that lose at no budget alone, each "
+            f"judged by its speedup at the baseline's best accuracy (`cadence_harness.recipe_search`).",
+            "",
+        ]
+        lines += ["| method alone | speedup at the baseline's best accuracy | eligible |", "| --- | --- | --- |"]
+        lines += [f"| {m} | {s.format() if s else '—'} | {why or 'yes'} |" for m, s, why in self.singles]
+        for number, round_ in enumerate(self.rounds, 1):
+            tried = "; ".join(f"{arm}: {s.format() if s else 'not run yet'}" for arm, s in round_.tried)
+            waiting = any(speedup is None for _, speedup in round_.tried)
+            outcome = (
+                f"chose {round_.chosen}"
+                if round_.chosen
+                else ("waiting for the candidates not run yet" if waiting else "no candidate improves on it")
+            )
+            lines += [
+                "",
+                f"Round {number}, from {'+'.join(round_.recipe)}: {tried or 'nothing left to add'}. {outcome}.",
+            ]
+        if self.to_run:
+            lines += ["", f"The search continues once these run: `{self.command()}`."]
+        if self.speedup is not None:
+            verdict = "qualifies" if self.speedup.qualifies() else "does not qualify"
+            lines += [
+                "",
+                f"Best recipe so far: **{'+'.join(self.recipe)}**, {self.speedup.format()} in {unit}: it {verdict} "
+                f"(>= {QUALIFYING_SPEEDUP}x with the interval above 1).",
+            ]
+        else:
+            lines += ["", "No method is eligible alone, so there is no recipe to grow."]
+        if self.speedup is not None and self.speedup.value is None:
+            lines[-1] += " Its curve does not reach the baseline's best accuracy: only a bound is known."
+        return "\n".join(lines)
+
+
+def registry_conflict(methods: tuple[str, ...]) -> str | None:
+    """Why the installed methods `methods` (with their default arguments) cannot run together, or None."""
+    from cadence import MethodConflictError
+    from cadence.engine import check_composition
+    from cadence.registry import registry
+
+    try:
+        check_composition([registry().algorithms[name]() for name in methods])
+    except MethodConflictError as error:
+        return str(error)
+    except (KeyError, TypeError, ValueError):  # not installed here, or not constructible without arguments
+        return None
+    return None
+
+
+def _by_methods(curves: Sequence[Curve]) -> dict[frozenset[str], Curve]:
+    return {frozenset(c.arm.split("+")): c for c in curves if not c.cyclic and c.arm != "baseline"}
+
+
+def _rank(speedup: TargetSpeedup | None) -> tuple[int, float, float]:
+    """Curves that reach the target first (by speedup, then its interval's low end), then by their bound."""
+    if speedup is None:
+        return (-1, -math.inf, -math.inf)
+    if speedup.value is None:
+        return (0, speedup.high if speedup.high is not None else -math.inf, -math.inf)
+    return (1, speedup.value, speedup.low if speedup.low is not None else -math.inf)
+
+
+def greedy_search(
+    section: Section, unit: str = "train_s", conflict: Callable[[tuple[str, ...]], str | None] | None = None
+) -> Search:
+    """The greedy search over `section`'s curves; `conflict(methods)` names why methods cannot run together."""
+    search = Search(section.experiment, unit)
+    base = next((c for c in section.curves if c.arm == "baseline" and not c.cyclic), None)
+    if base is None:
+        return search
+    curves = _by_methods(section.curves)
+    eligible: list[tuple[str, TargetSpeedup | None]] = []
+    for methods, curve in sorted(curves.items(), key=lambda item: item[1].arm):
+        if len(methods) != 1:
+            continue
+        speedup = speedup_at_baseline_best(curve, base, unit)
+        worse = [s.budget for s in section.speedups.get((curve.curve_hash, unit), []) if s.verdict == "worse"]
+        why = f"no: worse than the baseline at {', '.join(worse)}" if worse else ""
+        search.singles.append((curve.arm, speedup, why))
+        if not worse:
+            eligible.append((curve.arm, speedup))
+    eligible.sort(key=lambda item: _rank(item[1]), reverse=True)
+    if not eligible or eligible[0][1] is None:
+        return search
+    search.recipe, search.speedup = (eligible[0][0],), eligible[0][1]
+    while True:
+        round_, missing = Round(search.recipe, []), []
+        search.rounds.append(round_)
+        for method, _ in eligible:
+            if method in search.recipe or (conflict and conflict((*search.recipe, method))):
+                continue
+            combo = (*search.recipe, method)
+            curve = curves.get(frozenset(combo))
+            if curve is None:
+                missing.append("+".join(combo))
+            round_.tried.append(("+".join(combo), speedup_at_baseline_best(curve, base, unit) if curve else None))
+        if missing:
+            search.to_run = missing
+            return search
+        best = max(round_.tried, key=lambda item: _rank(item[1]), default=None)
+        if best is None or _rank(best[1]) <= _rank(search.speedup):
+            return search
+        round_.chosen = best[0]
+        search.recipe, search.speedup = tuple(best[0].split("+")), best[1]

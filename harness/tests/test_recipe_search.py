@@ -1,0 +1,100 @@
+"""The recipe search: speedup at the baseline's best accuracy, and greedy forward selection over a study's arms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cadence_harness.recipe_search import greedy_search, speedup_at_baseline_best
+from cadence_harness.report import Section
+from cadence_harness.tradeoff import Curve, matched_speedups
+
+COSTS = [1.0, 2.0, 4.0]
+
+
+def _curve(arm: str, accuracy: list[float], costs: list[float] = COSTS, jitter: float = 0.0) -> Curve:
+    seeds = [0, 1, 2]
+    acc = np.array([[a + jitter * (s - 1) for a in accuracy] for s in seeds])
+    cost = np.array([costs for _ in seeds])
+    return Curve(arm, f"h-{arm}", "h-baseline", "fam", False, ["1ep", "2ep", "4ep"], seeds, acc, {"flops": cost})
+
+
+BASE = [0.50, 0.60, 0.70]
+
+
+def _section(*curves: Curve) -> Section:
+    base = _curve("baseline", BASE)
+    section = Section("study", "fam", "study", [], [], [base, *curves])
+    for curve in curves:
+        section.speedups[(curve.curve_hash, "flops")] = matched_speedups(curve, base, "flops")
+    return section
+
+
+def test_the_speedup_at_the_baseline_best_is_its_cost_over_the_arms_cost_to_reach_it() -> None:
+    base = _curve("baseline", BASE)
+    # 0.70 is reached at cost 2 by the arm; the baseline needs 4: 2x, the same on every seed
+    faster = speedup_at_baseline_best(_curve("a", [0.60, 0.70, 0.75]), base, "flops")
+    assert faster is not None and faster.value == pytest.approx(2.0) and faster.target == pytest.approx(0.70)
+    assert faster.low == pytest.approx(2.0) and faster.high == pytest.approx(2.0) and faster.qualifies()
+    # halfway between 0.65 (cost 2) and 0.75 (cost 4) in log cost: 2 * sqrt(2)
+    between = speedup_at_baseline_best(_curve("b", [0.55, 0.65, 0.75]), base, "flops")
+    assert between is not None and between.value == pytest.approx(4 / (2 * 2**0.5))
+    assert not between.qualifies()  # 1.41x is below 1.5x
+
+
+def test_a_curve_that_never_reaches_the_target_gives_only_a_bound() -> None:
+    slower = speedup_at_baseline_best(_curve("c", [0.50, 0.55, 0.60]), _curve("baseline", BASE), "flops")
+    assert slower is not None and slower.value is None and slower.high == pytest.approx(1.0)
+    assert "does not reach 70.0%" in slower.format() and not slower.qualifies()
+
+
+def test_seed_noise_widens_the_interval() -> None:
+    noisy = speedup_at_baseline_best(_curve("a", [0.60, 0.70, 0.75], jitter=0.05), _curve("baseline", BASE), "flops")
+    assert noisy is not None and noisy.low < noisy.value < noisy.high
+
+
+def test_greedy_selection_grows_the_best_single_method_while_a_candidate_improves() -> None:
+    section = _section(
+        _curve("a", [0.60, 0.70, 0.75]),  # 2x alone
+        _curve("b", [0.55, 0.65, 0.75]),  # 1.41x alone
+        _curve("c", [0.40, 0.50, 0.60]),  # worse at every budget: not eligible
+        _curve("a+b", [0.70, 0.75, 0.80]),  # reaches 0.70 at its shortest budget: 4x
+    )
+    search = greedy_search(section, "flops")
+    assert [(method, why) for method, _, why in search.singles] == [
+        ("a", ""),
+        ("b", ""),
+        ("c", "no: worse than the baseline at 2ep, 4ep"),  # at 1ep it is below the baseline's range: a bound
+    ]
+    assert search.recipe == ("a", "b") and search.speedup is not None and search.speedup.value == pytest.approx(4.0)
+    assert [r.chosen for r in search.rounds] == ["a+b", None] and search.rounds[1].tried == []
+    assert not search.to_run and "**a+b**, 4.00x [4.00, 4.00] in FLOPs: it qualifies" in search.markdown()
+
+
+def test_the_search_stops_when_no_candidate_improves() -> None:
+    section = _section(_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75]), _curve("b+a", BASE))
+    search = greedy_search(section, "flops")
+    assert search.recipe == ("a",) and search.rounds[0].chosen is None
+    assert "no candidate improves on it" in search.markdown()
+
+
+def test_candidates_not_run_yet_are_named_with_the_grid_command_that_runs_them() -> None:
+    search = greedy_search(_section(_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75])), "flops")
+    assert search.recipe == ("a",) and search.to_run == ["a+b"]
+    assert search.command() == "cadence-bench grid study --arms baseline --combination a+b --data-dir ../shared/data"
+    assert "waiting for the candidates not run yet" in search.markdown()
+
+
+def test_methods_that_cannot_run_together_are_not_candidates() -> None:
+    section = _section(_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75]))
+    search = greedy_search(
+        section, "flops", conflict=lambda methods: "a owns the loss" if set(methods) == {"a", "b"} else None
+    )
+    assert search.recipe == ("a",) and not search.to_run and search.rounds[0].tried == []
+
+
+def test_without_a_baseline_or_an_eligible_method_there_is_no_recipe() -> None:
+    empty = Section("study", "fam", "study", [], [], [_curve("a", [0.6, 0.7, 0.75])])
+    assert greedy_search(empty, "flops").recipe == ()
+    worse = greedy_search(_section(_curve("c", [0.40, 0.50, 0.60])), "flops")
+    assert worse.recipe == () and "No method is eligible alone" in worse.markdown()
