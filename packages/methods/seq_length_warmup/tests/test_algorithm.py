@@ -108,7 +108,7 @@ def test_declarations() -> None:
         "preserve_end_of_sequence=False)"
     )
     assert algorithm.effects().writes == {Resource.INPUTS, Resource.TARGETS}
-    assert algorithm.state_dict() == {"repr": repr(algorithm)}  # the schedule is a function of the timestamp: only its name
+    assert algorithm.state_dict() == {"repr": repr(algorithm)}  # a function of the timestamp: only its name
 
 
 @pytest.mark.parametrize(
