@@ -36,6 +36,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.proto_json_utils import message_to_json  # noqa: E402
 
 import cadence  # noqa: E402
+from cadence.loggers.logger import run_hyperparameters  # noqa: E402
 from cadence_mlflow import (  # noqa: E402
     IMPORT_COMMAND,
     TAG_TARGET_RUN,
@@ -308,7 +309,7 @@ def test_trainer_run_lands_in_mlflow(sqlite_uri: str, tmp_path: Path) -> None:
         assert history(client, tracking.run_id, key) == list(zip(steps, map(float, values))), key
     assert history(client, tracking.run_id, "loss/train/total")[0][0] == 1 and len(steps) > 0
     assert len(history(client, tracking.run_id, "loss/train/total")) == 12  # 6 batches x 2 epochs
-    hyperparameters = trainer._hyperparameters()
+    hyperparameters = run_hyperparameters(trainer.state)
     assert run.data.params == {key: stable_str(value) for key, value in hyperparameters.items()}
 
 

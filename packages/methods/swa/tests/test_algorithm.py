@@ -162,8 +162,7 @@ def test_a_chainable_torch_scheduler_never_sees_the_swa_rate() -> None:
         swa = SWA(swa_start="2ba", swa_end="3ba", update_interval="1ba", schedule_swa_lr=schedule,
                   swa_lr=0.3 if schedule else None)  # fmt: skip
         trainer = _trainer(swa, "3ep", rates=rates)
-        trainer._schedulers = [(step_lr(trainer.state.optimizers[0]), False)]
-        trainer.fit()
+        trainer.fit(schedulers=step_lr(trainer.state.optimizers[0]))
     assert with_swa.used[2] == 0.1 + (0.3 - 0.1) * 0.1  # one update of ten
     assert (
         with_swa.used[:2] == plain.used[:2] and with_swa.used[3:] == plain.used[3:] == [0.1] + [0.05] * 4 + [0.025] * 4
