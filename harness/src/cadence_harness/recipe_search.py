@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cadence_harness.report import Section
-from cadence_harness.tradeoff import COSTS, Curve, _percentile, _resamples, cost_to_reach
+from cadence_harness.tradeoff import COSTS, Curve, bootstrap_interval, cost_to_reach, paired_by_seed
 
 __all__ = [
     "QUALIFYING_SPEEDUP",
@@ -85,21 +85,23 @@ def speedup_at_baseline_best(
     arm: Curve, base: Curve, unit: str, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
 ) -> TargetSpeedup | None:
     """`arm`'s speedup at the baseline's best mean accuracy in `unit`, with a paired bootstrap over seeds."""
-    seeds = sorted(set(arm.seeds) & set(base.seeds))
-    if unit not in arm.costs or unit not in base.costs or not seeds:
+    paired = paired_by_seed(arm, base, unit)
+    if paired is None:
         return None
-    pa, pb = [arm.seeds.index(s) for s in seeds], [base.seeds.index(s) for s in seeds]
-    a_acc, a_cost, b_acc, b_cost = arm.accuracy[pa], arm.costs[unit][pa], base.accuracy[pb], base.costs[unit][pb]
+    a_acc, a_cost, b_acc, b_cost = paired
     target = float(b_acc.mean(0).max())
     low, high = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
     value = math.exp(low) if low == high else None
-    if len(seeds) < 2:
+    if len(a_acc) < 2:
         return TargetSpeedup(arm.arm, unit, 1, target, value, None, None if value else math.exp(high))
-    rows, counts = _resamples(len(seeds), resamples, seed)
-    lows, highs = zip(*(_ratio(b_cost[r].mean(0), b_acc[r].mean(0), a_cost[r].mean(0), a_acc[r].mean(0)) for r in rows))
-    alpha = (1 - confidence) / 2
-    interval = math.exp(_percentile(lows, counts, alpha)), math.exp(_percentile(highs, counts, 1 - alpha))
-    return TargetSpeedup(arm.arm, unit, len(seeds), target, value, *interval)
+    interval = bootstrap_interval(
+        lambda r: _ratio(b_cost[r].mean(0), b_acc[r].mean(0), a_cost[r].mean(0), a_acc[r].mean(0)),
+        len(a_acc),
+        confidence,
+        resamples,
+        seed,
+    )
+    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, *interval)
 
 
 @dataclass

@@ -25,9 +25,10 @@ budget is worse, and *crosses* it when some budgets are better and others worse.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,10 +42,12 @@ __all__ = [
     "Curve",
     "CyclicCheck",
     "Speedup",
+    "bootstrap_interval",
     "cost_to_reach",
     "curves_from_records",
     "cyclic_checks",
     "matched_speedups",
+    "paired_by_seed",
     "pareto_front",
     "pareto_points",
     "verdict",
@@ -205,8 +208,10 @@ def _number(value: float) -> str:
     return "beyond range" if value in (0.0, math.inf) else f"{value:.2f}"
 
 
+@functools.lru_cache(maxsize=16)
 def _resamples(n: int, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct seed resamples of `resamples` draws (as sorted index rows) and how often each was drawn."""
+    """The distinct seed resamples of `resamples` draws (as sorted index rows) and how often each was drawn
+    (the same for every curve of a report: drawn once)."""
     draws = np.sort(np.random.default_rng(seed).integers(0, n, size=(resamples, n)), axis=1)
     rows, counts = np.unique(draws, axis=0, return_counts=True)
     return rows, counts
@@ -219,20 +224,36 @@ def _percentile(values: Sequence[float], counts: np.ndarray, q: float) -> float:
     return math.copysign(math.inf, value) if abs(value) > far / 10 else value
 
 
+def paired_by_seed(arm: Curve, base: Curve, unit: str) -> tuple[np.ndarray, ...] | None:
+    """(arm accuracy, arm cost, baseline accuracy, baseline cost) over the seeds both curves have (rows in the
+    same seed order), or None when they share no seed or one lacks the cost `unit`."""
+    seeds = sorted(set(arm.seeds) & set(base.seeds))
+    if unit not in arm.costs or unit not in base.costs or not seeds:
+        return None
+    pick_a, pick_b = [arm.seeds.index(s) for s in seeds], [base.seeds.index(s) for s in seeds]
+    return arm.accuracy[pick_a], arm.costs[unit][pick_a], base.accuracy[pick_b], base.costs[unit][pick_b]
+
+
+def bootstrap_interval(
+    log_bounds: Callable[[np.ndarray], tuple[float, float]], n: int, confidence: float, resamples: int, seed: int
+) -> tuple[float, float]:
+    """The paired percentile bootstrap of a speedup: `log_bounds(seed rows)` gives its safe (low, high) log on
+    one resample; returns the interval's ends as ratios (0 or inf where a side stays unbounded)."""
+    rows, counts = _resamples(n, resamples, seed)
+    lows, highs = zip(*(log_bounds(r) for r in rows))
+    alpha = (1 - confidence) / 2
+    return math.exp(_percentile(lows, counts, alpha)), math.exp(_percentile(highs, counts, 1 - alpha))
+
+
 def matched_speedups(
     arm: Curve, base: Curve, unit: str, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
 ) -> list[Speedup]:
     """For each budget of `arm`: the baseline's cost to reach its accuracy / its cost, with a bootstrap interval."""
-    seeds = sorted(set(arm.seeds) & set(base.seeds))
-    if unit not in arm.costs or unit not in base.costs or not seeds:
+    paired = paired_by_seed(arm, base, unit)
+    if paired is None:
         return []
-    pick_a = [arm.seeds.index(s) for s in seeds]
-    pick_b = [base.seeds.index(s) for s in seeds]
-    a_acc, a_cost = arm.accuracy[pick_a], arm.costs[unit][pick_a]
-    b_acc, b_cost = base.accuracy[pick_b], base.costs[unit][pick_b]
-    n = len(seeds)
-    rows, counts = _resamples(n, resamples, seed) if n >= 2 else (np.empty((0, n), int), np.empty(0, int))
-    alpha = (1 - confidence) / 2
+    a_acc, a_cost, b_acc, b_cost = paired
+    n = len(a_acc)
     speedups = []
     for j, budget in enumerate(arm.budgets):
         needed, beyond = cost_to_reach(b_cost.mean(0), b_acc.mean(0), float(a_acc[:, j].mean()))
@@ -240,14 +261,16 @@ def matched_speedups(
         if n < 2:
             speedups.append(Speedup(arm.arm, budget, unit, n, None, beyond))
             continue
-        lows, highs = zip(
-            *(
-                _log_speedup(b_cost[r].mean(0), b_acc[r].mean(0), float(a_acc[r, j].mean()), float(a_cost[r, j].mean()))
-                for r in rows
-            )
+        low, high = bootstrap_interval(
+            lambda r, j=j: _log_speedup(
+                b_cost[r].mean(0), b_acc[r].mean(0), float(a_acc[r, j].mean()), float(a_cost[r, j].mean())
+            ),
+            n,
+            confidence,
+            resamples,
+            seed,
         )
-        low, high = _percentile(lows, counts, alpha), _percentile(highs, counts, 1 - alpha)
-        speedups.append(Speedup(arm.arm, budget, unit, n, value, beyond, math.exp(low), math.exp(high)))
+        speedups.append(Speedup(arm.arm, budget, unit, n, value, beyond, low, high))
     return speedups
 
 

@@ -48,8 +48,8 @@ __all__ = [
 
 LATEST = "latest.pt"
 _FIELDS = {  # the fields a save_filename may use, and what each reads back as
-    "epoch": r"(?P<epoch>\d+)",
-    "batch": r"(?P<batch>\d+)",
+    "epoch": r"\d+",
+    "batch": r"\d+",
     "batch_in_epoch": r"\d+",
     "sample": r"\d+",
     "token": r"\d+",
@@ -91,10 +91,14 @@ class CheckpointNames:
                 f"save_filename={pattern!r} must contain {{epoch}} and {{batch}}: autoresume and "
                 "save_num_checkpoints_to_keep read the position back from the names"
             )
-        regex = "".join(re.escape(text) + (_FIELDS[name] if name else "") for text, name, _, _ in parts)
-        for name in ("epoch", "batch"):  # a field used twice is read once
-            first = regex.find(f"(?P<{name}>")
-            regex = regex[: first + 1] + regex[first + 1 :].replace(f"(?P<{name}>", "(?:")
+        regex, captured = "", set()
+        for text, name, _, _ in parts:
+            regex += re.escape(text)
+            if name in ("epoch", "batch") and name not in captured:  # the position is read from the first one
+                captured.add(name)
+                regex += f"(?P<{name}>{_FIELDS[name]})"
+            elif name:
+                regex += _FIELDS[name]
         object.__setattr__(self, "_regex", re.compile(f"^{regex}$"))
 
     def name_for(self, timestamp: Any, state: Any = None) -> str:

@@ -41,7 +41,7 @@ class MicrobatchSearch:
             size = state.device_train_microbatch_size or batch_size
             try:
                 return step()
-            except (torch.cuda.OutOfMemoryError, RuntimeError) as error:
+            except RuntimeError as error:  # torch.cuda.OutOfMemoryError is one
                 if not is_out_of_memory(error):
                     raise
                 self.tried.append(size)

@@ -91,6 +91,13 @@ def _decoupled_step(optimizer: torch.optim.Optimizer, step: Callable[[], Any], c
     return loss
 
 
+def _prepare_groups(optimizer: torch.optim.Optimizer) -> None:
+    """Check every param group's own ``weight_decay`` and record its ``initial_lr`` (the decay's reference)."""
+    for group in optimizer.param_groups:
+        check_decoupled_weight_decay_args(group["weight_decay"])
+        group.setdefault("initial_lr", group["lr"])
+
+
 class DecoupledSGDW(torch.optim.SGD):
     """SGD with decoupled weight decay: each step multiplies the weights by
     ``1 - weight_decay * lr / initial_lr``, then takes ``torch.optim.SGD``'s step with no L2 term.
@@ -110,9 +117,7 @@ class DecoupledSGDW(torch.optim.SGD):
     ):
         check_number("lr", lr, ge=0)
         super().__init__(params, lr, momentum, dampening, check_decoupled_weight_decay_args(weight_decay), nesterov)
-        for group in self.param_groups:
-            check_decoupled_weight_decay_args(group["weight_decay"])
-            group.setdefault("initial_lr", group["lr"])
+        _prepare_groups(self)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         return _decoupled_step(self, super().step, closure)
@@ -137,9 +142,7 @@ class DecoupledAdamW(torch.optim.AdamW):
     ):
         check_number("lr", lr, ge=0)
         super().__init__(params, lr, betas, eps, check_decoupled_weight_decay_args(weight_decay), amsgrad)
-        for group in self.param_groups:
-            check_decoupled_weight_decay_args(group["weight_decay"])
-            group.setdefault("initial_lr", group["lr"])
+        _prepare_groups(self)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         return _decoupled_step(self, super().step, closure)
