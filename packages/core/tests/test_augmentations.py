@@ -350,3 +350,26 @@ def test_cpu_blocks_of_samples_give_the_same_result_as_one_block(monkeypatch) ->
     monkeypatch.setattr(augment, "_CPU_BLOCK_BYTES", 2 * images[0].numel() * images.element_size())
     blocked = augment.apply_ops(images, op_ids, values, image_ops.OPS, quantize=True)  # blocks of 2
     assert torch.equal(whole, blocked)
+
+
+@pytest.mark.parametrize("quantize", [False, True])
+def test_identity_parameters_and_copies_on_the_cpu_path(quantize: bool) -> None:
+    # samples whose parameters change nothing (a rotation by 0 degrees) skip their primitive there, and
+    # `copies` reads every copy from the one batch: both as the dense path, which runs everything
+    images = _smooth_images(6, 16, 16)
+    op_ids = torch.tensor([[3, 3, 0, 1, 2, -1, 3, 7, 0, 1, 2, 4], [7, 8, 2, 2, 3, 3, 5, 6, -1, 9, 10, 11]])
+    values = torch.tensor([[0.0, 5, 0, 0, 8, 0, 9, 0, 1, 1, 3, 100], [0, 3, 2, 9, 0, 4, 0.1, -0.2, 0, 1.5, 0.5, 1.2]])
+    cpu = augment.apply_ops(images, op_ids, values, image_ops.OPS, quantize=quantize, copies=2)
+    dense = augment.apply_ops(images, op_ids, values, image_ops.OPS, quantize=quantize, copies=2, grouped=False)
+    torch.testing.assert_close(cpu, dense, rtol=0, atol=1e-3)
+    assert cpu.shape == (12, 3, 16, 16) and torch.equal(cpu[0], images[0])  # rotate 0, then translate 0
+    plan = augment.plan_ops(op_ids, values, 16, 16)
+    each = torch.cat(
+        [
+            augment.apply_plan(images[j % 6 : j % 6 + 1], tuple(t[:, j : j + 1] for t in plan), quantize=quantize)
+            for j in range(12)
+        ]
+    )
+    assert torch.equal(each, cpu)
+    with pytest.raises(ValueError, match="`op_ids`"):
+        augment.apply_ops(images, op_ids, values, image_ops.OPS, copies=3)

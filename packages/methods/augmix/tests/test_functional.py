@@ -124,14 +124,16 @@ def test_bad_hyperparameters_raise_clear_errors(kwargs: dict, error: type, match
         augmix(**kwargs)
 
 
-def test_chain_by_chain_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cadence_augmix.functional as functional
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_sample_by_sample_gives_the_same_result(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    # the CPU strategy for large images (each image's whole pipeline alone) draws and computes the same
+    from cadence.ops import augment
 
-    images = _images(8)
+    images = _images(8, dtype).contiguous(memory_format=torch.channels_last)
     together = augmix_batch(images, generator=torch.Generator().manual_seed(2))
-    monkeypatch.setattr(functional, "_CPU_CHAINS_BYTES", 0)
+    monkeypatch.setattr(augment, "_CPU_SAMPLE_BYTES", 0)
     one_by_one = augmix_batch(images, generator=torch.Generator().manual_seed(2))
-    assert torch.equal(together, one_by_one)
+    assert torch.equal(together, one_by_one) and one_by_one.stride() == together.stride()
 
 
 def test_the_accelerator_path_never_synchronises(monkeypatch: pytest.MonkeyPatch) -> None:

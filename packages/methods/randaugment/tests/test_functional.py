@@ -144,3 +144,15 @@ def test_the_accelerator_path_never_synchronises(monkeypatch: pytest.MonkeyPatch
     with recording_ops() as names:
         randaugment_batch(images, generator=torch.Generator().manual_seed(0))
     assert "grid_sampler_2d" in names and not names & HOST_SYNC_OPS
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_sample_by_sample_gives_the_same_result(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    # the CPU strategy for large images (each image's whole pipeline alone) draws and computes the same
+    from cadence.ops import augment
+
+    images = _images(16, dtype).contiguous(memory_format=torch.channels_last)
+    together = randaugment_batch(images, depth=3, generator=torch.Generator().manual_seed(2))
+    monkeypatch.setattr(augment, "_CPU_SAMPLE_BYTES", 0)
+    one_by_one = randaugment_batch(images, depth=3, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(together, one_by_one) and one_by_one.stride() == together.stride()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from cadence.ops.pixels import (
+    UNCHECKED,
     autocontrast,
     brightness,
     color,
@@ -29,6 +30,7 @@ from cadence.ops.pixels import (
 )
 
 __all__ = [
+    "GROUPED_PRIMITIVES",
     "GROUP_OF_OP",
     "OPS",
     "PRIMITIVES",
@@ -118,6 +120,9 @@ PRIMITIVES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "sharpness": sharpness, "autocontrast": autocontrast, "equalize": equalize, "posterize": posterize,
     "solarize": solarize,
 }  # fmt: skip
+
+#: `PRIMITIVES` for samples that all change (their parameters are not the identity): no per-sample check.
+GROUPED_PRIMITIVES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = PRIMITIVES | UNCHECKED
 
 
 # Random parameters -------------------------------------------------------------------------------

@@ -97,7 +97,8 @@ def to_pixels(
 
     def restore(out: torch.Tensor) -> torch.Tensor:
         if dtype == torch.uint8:
-            out = out.round().clamp_(0, 255).to(dtype)
+            # through int32: the same levels, and several times faster than float -> uint8 on CPU
+            out = out.round().clamp_(0, 255).to(torch.int32).to(dtype)
         elif low is not None:
             out = torch.maximum(torch.minimum(out / 255 * (high - low) + low, high), low).to(dtype)
         else:

@@ -96,14 +96,22 @@ def sharpness(images: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
 
 def autocontrast(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
     """``ImageOps.autocontrast``: stretch each channel to [0, 255] where `enabled` is nonzero."""
+    return _autocontrast(images, _per_sample(enabled, images) != 0)
+
+
+def _autocontrast(images: torch.Tensor, enabled: torch.Tensor | None) -> torch.Tensor:
     low, high = images.amin(dim=(2, 3), keepdim=True), images.amax(dim=(2, 3), keepdim=True)
-    stretch = (high > low) & (_per_sample(enabled, images) != 0)
+    stretch = high > low if enabled is None else (high > low) & enabled
     scale = torch.where(stretch, 255 / (high - low).clamp_min(1e-12), 1.0)
     return ((images - torch.where(stretch, low, 0.0)) * scale).clamp_(0, 255)
 
 
 def equalize(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
     """``ImageOps.equalize`` per channel (on the 8-bit levels) where `enabled` is nonzero."""
+    return _choose(_per_sample(enabled, images), _equalize(images), images)
+
+
+def _equalize(images: torch.Tensor) -> torch.Tensor:
     n, c, h, w = images.shape
     levels = images.nan_to_num(0.0).round().clamp_(0, 255).long().view(n * c, h * w)  # NaN: bin 0, not an error
     ones = torch.ones((), dtype=images.dtype, device=images.device).expand(levels.shape)
@@ -114,14 +122,18 @@ def equalize(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
     below = hist.cumsum(1) - hist  # pixels below each level
     lut = torch.div(torch.div(step, 2, rounding_mode="floor") + below, step.clamp_min(1), rounding_mode="floor")
     lut = torch.where(step > 0, lut.clamp_(0, 255), bins)  # one level only: unchanged (as PIL)
-    return _choose(_per_sample(enabled, images), lut.gather(1, levels).view(n, c, h, w), images)
+    return lut.gather(1, levels).view(n, c, h, w)
 
 
 def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     """``ImageOps.posterize``: keep the top `bits` bits of each level (8 = unchanged)."""
     bits = _per_sample(bits, images)
-    quantum = torch.exp2(8 - bits)
-    return _choose((bits < 8).to(images.dtype), torch.floor(images / quantum) * quantum, images)
+    return _choose((bits < 8).to(images.dtype), _posterize(images, bits), images)
+
+
+def _posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    quantum = torch.exp2(8 - _per_sample(bits, images))
+    return torch.floor(images / quantum) * quantum
 
 
 def solarize(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -152,8 +164,14 @@ def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     0 and bilinear neighbours beyond the edge are clamped. Identity matrices return their samples
     exactly.
     """
-    n, _, h, w = images.shape
     m = matrix.to(device=images.device, dtype=images.dtype)
+    identity = (m == torch.eye(2, 3, dtype=m.dtype, device=m.device)).flatten(1).all(dim=1).view(-1, 1, 1, 1)
+    return _choose(identity.to(images.dtype), images, _warp_affine(images, m))
+
+
+def _warp_affine(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """`warp_affine` without the identity check: identity matrices give nearly, not exactly, the input."""
+    n, _, h, w = images.shape
     # the map into grid_sample's coordinates (align_corners=False: -1 and 1 are the outer edges)
     scale = device_constant(((2 / w,), (2 / h,)), m.dtype, m.device)
     normal = m * scale - device_constant((0.0, 0.0, 1.0), m.dtype, m.device)
@@ -169,5 +187,15 @@ def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     # 1 inside the image, 0 outside (the ramp between is 1e-7 of the image wide)
     reach = torch.maximum(grid[:, 0].abs(), grid[:, 1].abs())
     inside = (1 - reach).mul_(1e7).add_(1).clamp_(0, 1).view(n, 1, h, w)
-    identity = (m == torch.eye(2, 3, dtype=m.dtype, device=m.device)).flatten(1).all(dim=1).view(n, 1, 1, 1)
-    return _choose(identity.to(images.dtype), images, warped * inside)
+    return warped.mul_(inside)
+
+
+#: The primitives that check per sample whether it changes, without that check: for a caller that
+#: has set aside the samples whose parameter is the identity (`cadence.ops.augment` on CPU), to which
+#: the check is a wasted pass over the images.
+UNCHECKED: dict[str, Any] = {
+    "affine": lambda images, matrix: _warp_affine(images, matrix.to(device=images.device, dtype=images.dtype)),
+    "autocontrast": lambda images, enabled: _autocontrast(images, None),
+    "equalize": lambda images, enabled: _equalize(images),
+    "posterize": _posterize,
+}

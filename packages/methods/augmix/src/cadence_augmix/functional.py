@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from cadence.ops.augment import apply_ops, augment_image, draw_ops
+from cadence.ops.augment import apply_ops, apply_plan, augment_image, draw_ops, each_sample, per_sample_on_cpu, plan_ops
 from cadence.ops.checks import check_int, check_number
 from cadence.ops.image_ops import augmentation_sets, resolve_augmentation_set
 from cadence.ops.pil import map_images, to_pixels
@@ -23,7 +23,6 @@ from cadence.ops.sampling import sample_beta, sample_dirichlet
 __all__ = ["AugmentAndMixTransform", "augmix", "augmix_batch", "augmix_image", "check_augmix_args"]
 
 _MAX_DEPTH = 3  # depth=-1 draws each chain's depth uniformly from 1..3
-_CPU_CHAINS_BYTES = 8 * 2**20  # on CPU, larger chain batches run chain by chain
 
 
 def check_augmix_args(severity: Any, depth: Any, width: Any, alpha: Any, augmentation_set: Any) -> tuple[str, ...]:
@@ -36,22 +35,33 @@ def check_augmix_args(severity: Any, depth: Any, width: Any, alpha: Any, augment
     return resolve_augmentation_set(augmentation_set)
 
 
+def _mix_weights(
+    n: int, width: int, alpha: float, generator: torch.Generator | None, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(width, N) chain weights w ~ Dirichlet(alpha) and (N,) mixture weights m ~ Beta(alpha, alpha)."""
+    draw = generator.device if generator is not None else device
+    concentration = torch.full((n, width), float(alpha), device=draw)
+    weights = sample_dirichlet(concentration, generator).to(device).T
+    return weights, sample_beta(concentration[:, 0], concentration[:, 0], generator).to(device)
+
+
+def _combine(
+    original: torch.Tensor, chains: list[torch.Tensor], weights: torch.Tensor, skip: torch.Tensor
+) -> torch.Tensor:
+    """``(1 - m) x + m sum_i w_i chain_i``, per sample."""
+    weights = weights.to(original.dtype).reshape(len(chains), -1, 1, 1, 1)
+    mixed = chains[0] * weights[0]
+    for chain, weight in zip(chains[1:], weights[1:]):
+        mixed = mixed.addcmul_(chain, weight)
+    skip = skip.to(original.dtype).view(-1, 1, 1, 1)
+    return torch.addcmul(original * (1 - skip), mixed, skip)
+
+
 def _mix(
     original: torch.Tensor, chains: list[torch.Tensor], alpha: float, generator: torch.Generator | None
 ) -> torch.Tensor:
     """``(1 - m) x + m sum_i w_i chain_i`` with w ~ Dirichlet(alpha) and m ~ Beta(alpha, alpha) per sample."""
-    n, width = original.shape[0], len(chains)
-    draw = generator.device if generator is not None else original.device
-    concentration = torch.full((n, width), float(alpha), device=draw)
-    weights = (
-        sample_dirichlet(concentration, generator).to(original.device, original.dtype).T.reshape(width, n, 1, 1, 1)
-    )
-    skip = sample_beta(concentration[:, 0], concentration[:, 0], generator).to(original.device, original.dtype)
-    mixed = chains[0] * weights[0]
-    for chain, weight in zip(chains[1:], weights[1:]):
-        mixed = mixed.addcmul_(chain, weight)
-    skip = skip.view(-1, 1, 1, 1)
-    return torch.addcmul(original * (1 - skip), mixed, skip)
+    return _combine(original, chains, *_mix_weights(original.shape[0], len(chains), alpha, generator, original.device))
 
 
 def augmix_image(
@@ -109,31 +119,52 @@ def augmix_batch(
 ) -> torch.Tensor:
     """`augmix_image` on every image of an NCHW batch at once, on the batch's device.
 
-    The ``width`` chains of all samples run as one batch of ``width * N`` images (chain by chain
-    for large batches on CPU, with the same result); with ``depth=-1`` every chain runs 3 steps and
-    the steps beyond each chain's drawn depth do nothing. Chains, weights and operations are drawn
-    per sample from `generator`, on its device. Keeps dtype (uint8, or float: in [0, 1], or
-    normalised, then augmented in each image's own range as `augmix_image`), device and memory format.
+    The ``width`` chains of all samples run as one batch of ``width * N`` images; with ``depth=-1``
+    every chain runs 3 steps and the steps beyond each chain's drawn depth do nothing. Chains, weights
+    and operations are drawn per sample from `generator`, on its device. Keeps dtype (uint8, or float:
+    in [0, 1], or normalised, then augmented in each image's own range as `augmix_image`), device and
+    memory format.
     """
     ops = check_augmix_args(severity, depth, width, alpha, augmentation_set)
+    if per_sample_on_cpu(images):  # large images on CPU: the same draws, then each image's pipeline alone
+        n, _, h, w = images.shape
+        plan = plan_ops(*_draw_chains(n, ops, severity, depth, width, (h, w), generator, images.device), h, w)
+        weights, skip = _mix_weights(n, width, alpha, generator, images.device)
+
+        def one(j: int, image: torch.Tensor) -> torch.Tensor:
+            pixels, restore, eight_bit = to_pixels(image, any_range=True)
+            chains = apply_plan(pixels, tuple(t[:, j::n] for t in plan), quantize=eight_bit)  # its width chains
+            return restore(_combine(pixels, list(chains.chunk(width)), weights[:, j : j + 1], skip[j : j + 1]))
+
+        return each_sample(one, images)
     pixels, restore, eight_bit = to_pixels(images, any_range=True)
     n, _, h, w = pixels.shape
-    steps = _MAX_DEPTH if depth == -1 else depth
-    op_ids, values = draw_ops(width * n, ops, severity, steps, (h, w), generator, pixels.device)  # chain-major
-    if depth == -1:  # every chain runs _MAX_DEPTH steps; those beyond its drawn depth do nothing
-        draw = generator.device if generator is not None else pixels.device
-        chain_depth = torch.randint(1, _MAX_DEPTH + 1, (width * n,), generator=generator, device=draw)
-        active = torch.arange(_MAX_DEPTH, device=pixels.device).view(-1, 1) < chain_depth.to(pixels.device)
-        op_ids = torch.where(active, op_ids, -1)
-    if pixels.device.type == "cpu" and width * pixels.numel() * pixels.element_size() > _CPU_CHAINS_BYTES:
-        # chain by chain: a smaller working set for large images on CPU (same result)
-        chains = [
-            apply_ops(pixels, op_ids[:, i * n : (i + 1) * n], values[:, i * n : (i + 1) * n], ops, quantize=eight_bit)
-            for i in range(width)
-        ]
-    else:  # all chains as one batch of width * N images
-        chains = list(apply_ops(pixels.repeat(width, 1, 1, 1), op_ids, values, ops, quantize=eight_bit).chunk(width))
+    op_ids, values = _draw_chains(n, ops, severity, depth, width, (h, w), generator, pixels.device)
+    # all chains as one batch of width * N images (on CPU without copying the batch width times)
+    chains = list(apply_ops(pixels, op_ids, values, ops, quantize=eight_bit, copies=width).chunk(width))
     return restore(_mix(pixels, chains, alpha, generator))
+
+
+def _draw_chains(
+    n: int,
+    ops: tuple[str, ...],
+    severity: float,
+    depth: int,
+    width: int,
+    size: tuple[int, int],
+    generator: torch.Generator | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(steps, width * N) op ids and magnitudes of every chain, chain-major; with ``depth=-1`` every
+    chain has _MAX_DEPTH steps, and those beyond its drawn depth have no op (id -1)."""
+    steps = _MAX_DEPTH if depth == -1 else depth
+    op_ids, values = draw_ops(width * n, ops, severity, steps, size, generator, device)
+    if depth == -1:
+        draw = generator.device if generator is not None else device
+        chain_depth = torch.randint(1, _MAX_DEPTH + 1, (width * n,), generator=generator, device=draw)
+        active = torch.arange(_MAX_DEPTH, device=device).view(-1, 1) < chain_depth.to(device)
+        op_ids = torch.where(active, op_ids, -1)
+    return op_ids, values
 
 
 class AugmentAndMixTransform(torch.nn.Module):

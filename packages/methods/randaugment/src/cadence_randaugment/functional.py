@@ -13,7 +13,15 @@ from typing import Any
 
 import torch
 
-from cadence.ops.augment import augment_batch, augment_image
+from cadence.ops.augment import (
+    apply_plan,
+    augment_batch,
+    augment_image,
+    draw_ops,
+    each_sample,
+    per_sample_on_cpu,
+    plan_ops,
+)
 from cadence.ops.checks import check_int, check_number
 from cadence.ops.image_ops import augmentation_sets, resolve_augmentation_set
 from cadence.ops.pil import map_images, to_pixels
@@ -76,6 +84,15 @@ def randaugment_batch(
     own range as `randaugment_image`), device and memory format.
     """
     ops = check_randaugment_args(severity, depth, augmentation_set)
+    if per_sample_on_cpu(images):  # large images on CPU: the same draws, then each image's pipeline alone
+        n, _, h, w = images.shape
+        plan = plan_ops(*draw_ops(n, ops, severity, depth, (h, w), generator, images.device), h, w)
+
+        def one(j: int, image: torch.Tensor) -> torch.Tensor:
+            pixels, restore, eight_bit = to_pixels(image, any_range=True)
+            return restore(apply_plan(pixels, tuple(t[:, j : j + 1] for t in plan), quantize=eight_bit))
+
+        return each_sample(one, images)
     pixels, restore, eight_bit = to_pixels(images, any_range=True)
     return restore(augment_batch(pixels, ops, severity, depth, generator, quantize=eight_bit))
 
