@@ -289,8 +289,6 @@ def build_model(recipe: Recipe, data: RunData) -> Any:
         )
     if recipe.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if recipe.compile:
-        model.compile()
     return model
 
 
@@ -376,6 +374,7 @@ def execute(
             seed=spec.seed,
             run_name=spec.run_name,
             progress_bar=progress_bar,
+            compile_config={} if recipe.compile else None,  # forward and loss; the model stays uncompiled
         )
     except BaseException as error:  # no Trainer owns the run yet (if its __init__ did finish it, this is a no-op)
         mlflow_logger.finish(

@@ -1,17 +1,17 @@
-"""Run every benchmark: trainer overhead, then augmentation costs, then model-surgery costs."""
+"""Run every benchmark: start-up, trainer overhead, augmentation, model surgery, the compiled step."""
 
 from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("overhead", "augment", "surgery")
+BENCHMARKS = ("startup", "overhead", "augment", "surgery", "compiled")
 
 
 def main() -> None:
     for name in BENCHMARKS:
         module = importlib.import_module(f"cadence_harness.benchmarks.{name}")
         print(f"\n=== {name} ===", flush=True)
-        module.main([]) if name in ("overhead", "surgery") else module.main()
+        module.main([])
 
 
 if __name__ == "__main__":

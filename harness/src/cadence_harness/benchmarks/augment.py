@@ -25,8 +25,6 @@ jobs share, it leaves out the time the benchmark waits for a core (everything he
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -36,31 +34,13 @@ from typing import Any
 import torch
 
 import cadence.functional as cf
+from cadence_harness.benchmarks.machine import cpu_description
 
 SHAPES = ((64, 3, 32, 32), (16, 3, 224, 224))
 REPEATS = 7
 METHOD_SHAPE = (64, 3, 32, 32)
 PIL_TARGET = (SHAPES[0], 10.0)  # batched >= 10x PIL per-image at this shape
 LOOP_TARGET = (SHAPES[1], 1.0)  # batched >= 1x the own loop at this shape
-
-
-def cpu_description() -> str:
-    """The CPU model and whether it has AVX-512 (avx512f) and AVX2, from /proc/cpuinfo where there is one."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-                if model and flags:
-                    break
-    except OSError:
-        pass
-    capability = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in ("avx512f", "avx2"))
-    return f"{model} ({os.cpu_count()} logical CPUs; {capability if flags else 'flags unknown'})"
 
 
 # Composer's per-image path, after composer/algorithms/utils/augmentation_primitives.py -------------

@@ -170,7 +170,6 @@ _COMPOSER_ONLY = {
     "precision_config": "FP8 is not supported; use precision='amp_bf16'",
     "accumulate_train_batch_on_tokens": "microbatch losses are weighted by samples",
     "profiler": "wrap trainer.fit() in torch.profiler.profile(...)",
-    "compile_config": "torch.compile the model (cadence unwraps it for surgery) before passing it",
 }
 
 

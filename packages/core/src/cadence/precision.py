@@ -27,14 +27,18 @@ class Precision(str, Enum):
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
-        return {Precision.AMP_BF16: torch.bfloat16, Precision.AMP_FP16: torch.float16}.get(self)
+        return _AUTOCAST_DTYPES.get(self)
+
+
+_AUTOCAST_DTYPES = {Precision.AMP_BF16: torch.bfloat16, Precision.AMP_FP16: torch.float16}
+_NO_AUTOCAST = contextlib.nullcontext()  # reusable: the fp32 step allocates no context per forward
 
 
 def autocast_context(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager:
     """The context the forward and the loss run in."""
-    dtype = precision.autocast_dtype
+    dtype = _AUTOCAST_DTYPES.get(precision)
     if dtype is None:
-        return contextlib.nullcontext()
+        return _NO_AUTOCAST
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 

@@ -188,7 +188,7 @@ def run_payload(
         "scaler": state.scaler.state_dict() if state.scaler is not None else None,
         "algorithms": _named_states(state.algorithms),
         "callbacks": _named_states(state.callbacks),
-        "train_metrics": _metric_states(state.train_metrics),
+        "train_metrics": _metric_states(state.built_metrics(is_train=True)),
         "surgeries": _surgeries(state.algorithms),
         "trainer": trainer,
         "rng": rng_by_rank,
@@ -224,7 +224,8 @@ def restore_run(
     state.run_name = payload["run_name"]
     _restore_named_states(state.algorithms, payload["algorithms"], "method")
     _restore_named_states(state.callbacks, payload["callbacks"], "callback")
-    _restore_metric_states(state.train_metrics, payload["train_metrics"])
+    if payload["train_metrics"]:  # none saved: they were never built, so fresh ones are the same
+        _restore_metric_states(state.train_metrics, payload["train_metrics"])
     rng = payload["rng"]
     return {"rng": rng[state.rank] if state.rank < len(rng) else None, "trainer": payload.get("trainer", {})}
 

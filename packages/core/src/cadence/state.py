@@ -102,8 +102,8 @@ class State:
         self.batch: Any = None
         self.outputs: Any = None
         self.loss: Any = None
-        self.train_metrics: dict[str, Metric] = {}
-        self.eval_metrics: dict[str, Metric] = {}
+        self._metrics: dict[bool, dict[str, Metric]] = {}  # is_train -> metrics, once built or set
+        self._metrics_from_model = False  # build them from model.get_metrics on first use (`defer_metrics`)
         self.scale_schedule_ratio = 1.0  # the schedules' stretch; set by the trainer and ScaleSchedule on INIT
         self.checkpoint_due = False  # True while methods run on an event after which a checkpoint is written
         self.iteration_length: int | None = None  # epochs per iteration (Composer's _iteration_length); None: one
@@ -112,6 +112,48 @@ class State:
     def seed(self) -> int:
         """This rank's seed (``rank_zero_seed + rank``)."""
         return self.rank_zero_seed + self.rank
+
+    # Metrics -------------------------------------------------------------------------
+    @property
+    def train_metrics(self) -> dict[str, Metric]:
+        """Metrics updated on training batches (with ``compute_train_metrics``), by name."""
+        return self._metrics_for(is_train=True)
+
+    @train_metrics.setter
+    def train_metrics(self, metrics: dict[str, Metric]) -> None:
+        self._metrics[True] = metrics
+
+    @property
+    def eval_metrics(self) -> dict[str, Metric]:
+        """Metrics computed on evaluation batches, by name."""
+        return self._metrics_for(is_train=False)
+
+    @eval_metrics.setter
+    def eval_metrics(self, metrics: dict[str, Metric]) -> None:
+        self._metrics[False] = metrics
+
+    def defer_metrics(self) -> None:
+        """From now on, build each set of metrics from ``model.get_metrics`` (on ``device``) when first read.
+
+        The trainer calls this after INIT instead of building them: a run that never evaluates (or
+        never computes train metrics) never imports torchmetrics, whose import pulls in scipy,
+        matplotlib and transformers whenever they are installed (seconds of start-up).
+        """
+        self._metrics.clear()
+        self._metrics_from_model = True
+
+    def built_metrics(self, is_train: bool) -> dict[str, Metric]:
+        """The metrics if they were built or set, else ``{}`` without building them (for checkpoints:
+        metrics never built were never updated, so there is no state to save)."""
+        return self._metrics.get(is_train, {})
+
+    def _metrics_for(self, is_train: bool) -> dict[str, Metric]:
+        metrics = self._metrics.get(is_train)
+        if metrics is None:
+            get_metrics = getattr(self.model, "get_metrics", None) if self._metrics_from_model else None
+            made = get_metrics(is_train=is_train) if get_metrics is not None else {}
+            metrics = self._metrics[is_train] = {name: metric.to(self.device) for name, metric in made.items()}
+        return metrics
 
     # Batch access ----------------------------------------------------------------
     def batch_get_item(self, key: BatchKey) -> Any:

@@ -241,6 +241,13 @@ _COUNT_FIELDS.update(epoch_in_iteration=_EP, token_in_iteration=_TOK)
 _COUNTERS = {unit: name for name, unit in list(_COUNT_FIELDS.items())[:5]}  # the run-long counters
 
 
+def _count(value: int, unit: TimeUnit) -> Count:
+    """``Count(value, unit)`` for a known int and unit, without parsing the unit (the per-batch path)."""
+    count = int.__new__(Count, value)
+    count.unit = unit
+    return count
+
+
 @dataclass(frozen=True)
 class Timestamp:
     """Where a run is: counters since the start, counters within the epoch, and wall-clock seconds.
@@ -301,19 +308,29 @@ class Timestamp:
         self, samples: int | Time = 0, tokens: int | Time = 0, duration: float | datetime.timedelta | None = 0.0
     ) -> Timestamp:
         """One batch later; `duration` is the batch's wall-clock time (seconds or a ``timedelta``)."""
-        seconds = float(Seconds(duration or 0.0))
-        return self.copy(
-            batch=self.batch + 1,
-            batch_in_epoch=self.batch_in_epoch + 1,
-            sample=self.sample + samples,
-            sample_in_epoch=self.sample_in_epoch + samples,
-            token=self.token + tokens,
-            token_in_epoch=self.token_in_epoch + tokens,
-            token_in_iteration=self.token_in_iteration + tokens,
-            total_wct=self.total_wct + seconds,
-            epoch_wct=self.epoch_wct + seconds,
-            batch_wct=seconds,
+        seconds = duration if duration.__class__ is float else float(Seconds(duration or 0.0))
+        samples = samples if samples.__class__ is int else as_count("samples", samples, _SP)
+        tokens = tokens if tokens.__class__ is int else as_count("tokens", tokens, _TOK)
+        return self._advanced(
+            batch=_count(self.batch + 1, _BA),
+            batch_in_epoch=_count(self.batch_in_epoch + 1, _BA),
+            sample=_count(self.sample + samples, _SP),
+            sample_in_epoch=_count(self.sample_in_epoch + samples, _SP),
+            token=_count(self.token + tokens, _TOK),
+            token_in_epoch=_count(self.token_in_epoch + tokens, _TOK),
+            token_in_iteration=_count(self.token_in_iteration + tokens, _TOK),
+            total_wct=float.__new__(Seconds, self.total_wct + seconds),  # Seconds(), without its type checks
+            epoch_wct=float.__new__(Seconds, self.epoch_wct + seconds),
+            batch_wct=float.__new__(Seconds, seconds),
         )
+
+    def _advanced(self, **fields: Any) -> Timestamp:
+        """A copy with `fields`, which must already be `Count`/`Seconds` of the right unit: the trainer's
+        per-batch step, which skips ``__post_init__``'s checks (they cost more than the rest of the step)."""
+        advanced = object.__new__(Timestamp)
+        advanced.__dict__.update(self.__dict__)
+        advanced.__dict__.update(fields)
+        return advanced
 
     def to_next_epoch(self, duration: float | datetime.timedelta | None = 0.0) -> Timestamp:
         """The start of the next epoch; `duration` is wall-clock time spent since the last batch."""

@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
 
 from cadence import checkpoint as ckpt
@@ -41,6 +40,7 @@ from cadence.arguments import (
 )
 from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
 from cadence.callback import Callback
+from cadence.compilation import CompiledStep, check_compile_config, distributed_module
 from cadence.engine import Engine
 from cadence.evaluation import run_eval, run_predict
 from cadence.event import Event
@@ -96,6 +96,8 @@ class Trainer:
         run_name, progress_bar, compute_train_metrics: presentation.
         nonfinite_loss: ``"error"`` stops the run at a NaN/inf loss, naming the step; ``"skip"`` skips
             such steps (see `cadence.nonfinite` for what each costs on an accelerator).
+        compile_config: ``torch.compile`` arguments (``{}``: its defaults) for the forward and the loss
+            (`cadence.compilation`); None (default) runs eagerly.
 
     Composer arguments that cadence does not take raise a `TypeError` that says what to use instead.
 
@@ -137,6 +139,7 @@ class Trainer:
         progress_bar: bool = True,
         compute_train_metrics: bool = False,
         nonfinite_loss: str = "error",
+        compile_config: dict[str, Any] | None = None,
         **unsupported: Any,
     ):
         # Validate everything before any work is done ------------------------------------
@@ -144,6 +147,7 @@ class Trainer:
         check_model(model)
         device_ = parse_device(device)
         precision_ = Precision.parse(precision, device_)
+        compile_ = check_compile_config(compile_config)
         max_duration_, ssr = check_max_duration(max_duration, scale_schedule_ratio)
         for name, subset in (("train", train_subset_num_batches), ("eval", eval_subset_num_batches)):
             check_subset_num_batches(f"{name}_subset_num_batches", subset)
@@ -217,11 +221,10 @@ class Trainer:
         with self._end.guard():  # from here on the run exists: a failure is recorded
             self.engine = Engine(self.state, logger=self.logger)  # rejects conflicting methods
 
-            # INIT (surgery), then metrics and schedulers on the final model -----------------
+            # INIT (surgery), then metrics and schedulers on the final model ------------------
             self.engine.run_event(Event.INIT)
             model = self.state.model
-            self.state.train_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=True).items()}
-            self.state.eval_metrics = {k: m.to(device_) for k, m in model.get_metrics(is_train=False).items()}
+            self.state.defer_metrics()  # built from the final model on first use
             self._optimization = Optimization(self.state, schedulers_)
 
             # Load a checkpoint between BEFORE_LOAD and AFTER_LOAD; restore RNG last -----------
@@ -235,15 +238,10 @@ class Trainer:
                 self._load(*start, strict=load_strict_model_weights)
             self.engine.run_event(Event.AFTER_LOAD)
 
-            # Distributed wrapper (after surgery and loading: DDP broadcasts rank 0's weights) -
-            self._forward_module: nn.Module = model
-            if world_size > 1:
-                find_unused = any(a.find_unused_parameters for a in self.state.algorithms)
-                self._forward_module = DistributedDataParallel(
-                    model,
-                    device_ids=[device_.index] if device_.type == "cuda" else None,
-                    find_unused_parameters=find_unused,
-                )
+            # The module the step calls: DDP after surgery and loading, then torch.compile --------
+            self._forward_module = distributed_module(model, self.state.algorithms, device_, world_size)
+            self._compiled = None if compile_ is None else CompiledStep(self._forward_module, model.loss, compile_)
+            self._forward_module = self._compiled.forward if self._compiled else self._forward_module
         self._create_graph = any(a.backwards_create_graph for a in self.state.algorithms)
         self._first_batch_checked = False
         self._last_eval_batch = -1
@@ -332,6 +330,8 @@ class Trainer:
         evaluation_due = self._data.eval is not None and self._eval_interval is not None
         if evaluation_due and self._last_eval_batch != state.timestamp.batch:
             self._evaluate()
+        if self._compiled is not None:
+            self.logger.log_metrics({"trainer/compiled_graphs": self._compiled.graphs()})
         self._run_event_saving(Event.FIT_END, self.save_folder is not None and self._last_save != self._position())
         self.logger.flush()
 
@@ -440,7 +440,7 @@ class Trainer:
         engine.run_event(Event.AFTER_FORWARD)
         engine.run_event(Event.BEFORE_LOSS)
         with autocast_context(state.precision, state.device):
-            state.loss = state.model.loss(state.outputs, state.batch)
+            state.loss = (self._compiled.loss if self._compiled else state.model.loss)(state.outputs, state.batch)
         engine.run_event(Event.AFTER_LOSS)
         engine.run_event(Event.BEFORE_BACKWARD)
         loss = total_loss(state.loss)

@@ -1,0 +1,21 @@
+"""The overhead and compiled-step benchmarks' code paths at tiny sizes, so that they cannot rot (they time nothing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cadence_harness.benchmarks import compiled, overhead
+
+
+def test_the_overhead_benchmark_times_every_variant_and_prints_the_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    overhead.main(["--batches", "8", "--repeats", "1", "--clock", "cpu"])
+    printed = capsys.readouterr().out
+    for variant in ("raw PyTorch loop", "cadence Trainer", "+ 10 idle methods", "+ 10 no-op methods on every event"):
+        assert variant in printed
+    assert printed.count("<= 1.05x or <= 50 us:") == 3 and "logical CPUs" in printed
+
+
+def test_the_compiled_step_benchmark_alternates_an_eager_and_a_compiled_trainer() -> None:
+    result = compiled.measure(rounds=2, batches_per_round=1, compile_config={"backend": "eager"})
+    assert result["steps"] == 1 and result["graphs"] >= 1
+    assert result["eager"] > 0 and result["compiled"] > 0 and result["compile_s"] > 0
