@@ -125,6 +125,22 @@ def _equalize(images: torch.Tensor) -> torch.Tensor:
     return lut.gather(1, levels).view(n, c, h, w)
 
 
+def _equalize_cpu(images: torch.Tensor) -> torch.Tensor:
+    """`_equalize` in integers with one bincount (the float path's scatter_add is the slow part on CPU):
+    the same counts and the same floor divisions, exact in both while H * W < 2**24. CPU only (the
+    grouped path's), as bincount reads its size on the host."""
+    n, c, h, w = images.shape
+    if images.device.type != "cpu" or not 0 < h * w < 1 << 24:
+        return _equalize(images)
+    levels = images.nan_to_num(0.0).round_().clamp_(0, 255).to(torch.int64).view(n * c, h * w)
+    offsets = torch.arange(0, n * c * 256, 256, device=images.device).view(-1, 1)
+    hist = torch.bincount((levels + offsets).reshape(-1), minlength=n * c * 256).view(n * c, 256)
+    step = (h * w - hist.gather(1, levels.amax(dim=1, keepdim=True))).div_(255, rounding_mode="floor")
+    lut = (hist.cumsum(1) - hist).add_(step // 2).div_(step.clamp_min(1), rounding_mode="floor").clamp_(0, 255)
+    lut = torch.where(step > 0, lut, torch.arange(256, device=images.device))  # one level only: unchanged
+    return lut.gather(1, levels).to(images.dtype).view(n, c, h, w)
+
+
 def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     """``ImageOps.posterize``: keep the top `bits` bits of each level (8 = unchanged)."""
     bits = _per_sample(bits, images)
@@ -177,16 +193,12 @@ def _warp_affine(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     normal = m * scale - device_constant((0.0, 0.0, 1.0), m.dtype, m.device)
     x, y = _pixel_centres(h, w, m.dtype, m.device)
     grid = torch.addcmul(torch.addcmul(normal[..., 2:], x, normal[..., :1]), y, normal[..., 1:2])  # (N, 2, H * W)
-    warped = F.grid_sample(
-        images,
-        grid.transpose(1, 2).contiguous().view(n, h, w, 2),
-        mode="bilinear",
-        padding_mode="border",
-        align_corners=False,
-    )
-    # 1 inside the image, 0 outside (the ramp between is 1e-7 of the image wide)
-    reach = torch.maximum(grid[:, 0].abs(), grid[:, 1].abs())
-    inside = (1 - reach).mul_(1e7).add_(1).clamp_(0, 1).view(n, 1, h, w)
+    # a strided (N, H, W, 2) view: grid_sample reads it as is, no transposing copy
+    grid_view = grid.view(n, 2, h, w).permute(0, 2, 3, 1)
+    warped = F.grid_sample(images, grid_view, mode="bilinear", padding_mode="border", align_corners=False)
+    # 1 inside the image, 0 outside (the ramp between is 1e-7 of the image wide); (reach - 1) * -1e7 is
+    # exactly (1 - reach) * 1e7, computed in place
+    inside = grid.abs_().amax(dim=1).sub_(1).mul_(-1e7).add_(1).clamp_(0, 1).view(n, 1, h, w)
     return warped.mul_(inside)
 
 
@@ -196,6 +208,6 @@ def _warp_affine(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
 UNCHECKED: dict[str, Any] = {
     "affine": lambda images, matrix: _warp_affine(images, matrix.to(device=images.device, dtype=images.dtype)),
     "autocontrast": lambda images, enabled: _autocontrast(images, None),
-    "equalize": lambda images, enabled: _equalize(images),
+    "equalize": lambda images, enabled: _equalize_cpu(images),
     "posterize": _posterize,
 }
