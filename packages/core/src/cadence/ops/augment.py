@@ -27,7 +27,7 @@ from cadence.ops.image_ops import (
     op_magnitudes,
     primitive_parameters,
 )
-from cadence.ops.pixels import device_constant
+from cadence.ops.pixels import IN_PLACE, device_constant
 
 __all__ = [
     "apply_ops",
@@ -93,19 +93,20 @@ def _apply_sorted(
     sources = [rows[order[0]], *rank[:-1].gather(1, order[1:])]
     values = values.gather(1, order)
     matrices = matrices.gather(1, order.view(steps, k, 1, 1).expand(-1, -1, 2, 3))
+    # two work buffers taken in turn: a fresh block-sized tensor per step costs page faults on CPU
+    buffers = [images.new_empty((k, *images.shape[1:])) for _ in range(2)]
     work = images
     for step, step_sizes in enumerate(sizes.tolist()):
-        work = work.index_select(0, sources[step])
+        work = torch.index_select(work, 0, sources[step], out=buffers[step % 2])
         start = 0
         for key, size in zip(PRIMITIVE_ORDER, step_sizes):
             if size:
                 param = (matrices if key == "affine" else values)[step, start : start + size]
-                part = work[start : start + size]
-                part.copy_(GROUPED_PRIMITIVES[key](part, param))
+                IN_PLACE[key](work[start : start + size], param)
                 start += size
         if quantize and start + step_sizes[_IDENTITY_GROUP]:
             work[: start + step_sizes[_IDENTITY_GROUP]].round_()
-    return work.index_select(0, rank[-1])
+    return torch.index_select(work, 0, rank[-1], out=buffers[steps % 2])
 
 
 def _apply_each(

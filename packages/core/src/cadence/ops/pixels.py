@@ -131,14 +131,14 @@ def _equalize_cpu(images: torch.Tensor) -> torch.Tensor:
     grouped path's), as bincount reads its size on the host."""
     n, c, h, w = images.shape
     if images.device.type != "cpu" or not 0 < h * w < 1 << 24:
-        return _equalize(images)
+        return _equalize(images).long()
     levels = images.nan_to_num(0.0).round_().clamp_(0, 255).to(torch.int64).view(n * c, h * w)
     offsets = torch.arange(0, n * c * 256, 256, device=images.device).view(-1, 1)
     hist = torch.bincount((levels + offsets).reshape(-1), minlength=n * c * 256).view(n * c, 256)
     step = (h * w - hist.gather(1, levels.amax(dim=1, keepdim=True))).div_(255, rounding_mode="floor")
     lut = (hist.cumsum(1) - hist).add_(step // 2).div_(step.clamp_min(1), rounding_mode="floor").clamp_(0, 255)
     lut = torch.where(step > 0, lut, torch.arange(256, device=images.device))  # one level only: unchanged
-    return lut.gather(1, levels).to(images.dtype).view(n, c, h, w)
+    return lut.gather(1, levels).view(n, c, h, w)  # integer levels: the caller converts (or copies) them
 
 
 def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
@@ -152,13 +152,21 @@ def _posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     return torch.floor(images / quantum) * quantum
 
 
+def _posterize_(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    quantum = torch.exp2(8 - _per_sample(bits, images))
+    return images.div_(quantum).floor_().mul_(quantum)
+
+
 def solarize(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """``ImageOps.solarize``: invert levels at or above `threshold` (256 = unchanged).
 
     A float level counts as its nearest 8-bit level, so it is inverted from ``threshold - 0.5``.
     """
-    above = torch.sign(images - (_per_sample(threshold, images) - 0.5)) + 1  # 2 above, 0 below
-    return torch.addcmul(images, above, 127.5 - images)  # x + (255 - 2x) where above
+    return torch.addcmul(images, _solarize_sign(images, threshold), 127.5 - images)  # x + (255 - 2x) where above
+
+
+def _solarize_sign(images: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    return torch.sign(images - (_per_sample(threshold, images) - 0.5)) + 1  # 2 above, 0 below
 
 
 @functools.lru_cache(maxsize=16)
@@ -185,7 +193,7 @@ def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     return _choose(identity.to(images.dtype), images, _warp_affine(images, m))
 
 
-def _warp_affine(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+def _warp_affine(images: torch.Tensor, m: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """`warp_affine` without the identity check: identity matrices give nearly, not exactly, the input."""
     n, _, h, w = images.shape
     # the map into grid_sample's coordinates (align_corners=False: -1 and 1 are the outer edges)
@@ -199,7 +207,7 @@ def _warp_affine(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     # 1 inside the image, 0 outside (the ramp between is 1e-7 of the image wide); (reach - 1) * -1e7 is
     # exactly (1 - reach) * 1e7, computed in place
     inside = grid.abs_().amax(dim=1).sub_(1).mul_(-1e7).add_(1).clamp_(0, 1).view(n, 1, h, w)
-    return warped.mul_(inside)
+    return warped.mul_(inside) if out is None else torch.mul(warped, inside, out=out)
 
 
 #: The primitives that check per sample whether it changes, without that check: for a caller that
@@ -208,6 +216,33 @@ def _warp_affine(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
 UNCHECKED: dict[str, Any] = {
     "affine": lambda images, matrix: _warp_affine(images, matrix.to(device=images.device, dtype=images.dtype)),
     "autocontrast": lambda images, enabled: _autocontrast(images, None),
-    "equalize": lambda images, enabled: _equalize_cpu(images),
+    "equalize": lambda images, enabled: _equalize_cpu(images).to(images.dtype),
     "posterize": _posterize,
+}
+
+
+def _blend_(images: torch.Tensor, degenerate: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    return torch.lerp(degenerate, images, _per_sample(factor, images), out=images).clamp_(0, 255)
+
+
+def _autocontrast_(images: torch.Tensor) -> torch.Tensor:
+    low, high = images.amin(dim=(2, 3), keepdim=True), images.amax(dim=(2, 3), keepdim=True)
+    stretch = high > low
+    scale = torch.where(stretch, 255 / (high - low).clamp_min(1e-12), 1.0)
+    return images.sub_(torch.where(stretch, low, 0.0)).mul_(scale).clamp_(0, 255)
+
+
+#: `UNCHECKED` (with the checked ones) writing into their `images` instead of returning a new batch:
+#: for the CPU grouped path, whose samples sit in a work buffer that the result would be copied
+#: into. The very same arithmetic (elementwise ops give the same values in place), one pass less.
+IN_PLACE: dict[str, Any] = {
+    "affine": lambda images, matrix: _warp_affine(images, matrix.to(images.device, images.dtype), images),
+    "color": lambda images, factor: _blend_(images, _gray(images), factor),
+    "contrast": lambda images, factor: _blend_(images, _gray(images).mean(dim=(1, 2, 3), keepdim=True), factor),
+    "brightness": lambda images, factor: images.mul_(_per_sample(factor, images)).clamp_(0, 255),
+    "sharpness": lambda images, factor: _blend_(images, _smooth(images), factor),
+    "autocontrast": lambda images, enabled: _autocontrast_(images),
+    "equalize": lambda images, enabled: images.copy_(_equalize_cpu(images)),
+    "posterize": lambda images, bits: _posterize_(images, bits),
+    "solarize": lambda images, threshold: images.addcmul_(_solarize_sign(images, threshold), 127.5 - images),
 }
