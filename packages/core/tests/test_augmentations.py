@@ -373,3 +373,25 @@ def test_identity_parameters_and_copies_on_the_cpu_path(quantize: bool) -> None:
     assert torch.equal(each, cpu)
     with pytest.raises(ValueError, match="`op_ids`"):
         augment.apply_ops(images, op_ids, values, image_ops.OPS, copies=3)
+
+
+@pytest.mark.parametrize("key", [*PRIMITIVES, "affine"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_in_place_primitives_equal_the_returning_ones_exactly(key: str, dtype: torch.dtype) -> None:
+    # the CPU grouped path writes into its work buffer: the very same values, bit for bit
+    images = (_smooth_images(10) + torch.rand(10, 3, 20, 24, generator=torch.Generator().manual_seed(3))).to(dtype)
+    param = _matrices(10, 20, 24) if key == "affine" else _params(key, 10)
+    work = images.clone()
+    pixels.IN_PLACE[key](work, param)
+    assert torch.equal(work, image_ops.GROUPED_PRIMITIVES[key](images, param))
+
+
+def test_integer_equalize_equals_the_float_one() -> None:
+    # one bincount in integers (CPU) against the scatter_add in floats: same levels, edge cases included
+    images = _smooth_images(6, 17, 23)
+    images[0] = 7.0  # one level only: unchanged
+    images[1] = images[1] // 64 * 64  # few levels
+    noisy = images + torch.rand(images.shape, generator=torch.Generator().manual_seed(4)) - 0.5
+    for batch in (images, noisy, noisy.double(), images.contiguous(memory_format=torch.channels_last)):
+        expected = pixels._equalize(batch)
+        assert torch.equal(pixels._equalize_cpu(batch).to(batch.dtype), expected)

@@ -113,7 +113,7 @@ def equalize(images: torch.Tensor, enabled: torch.Tensor) -> torch.Tensor:
 
 def _equalize(images: torch.Tensor) -> torch.Tensor:
     n, c, h, w = images.shape
-    levels = images.nan_to_num(0.0).round().clamp_(0, 255).long().view(n * c, h * w)  # NaN: bin 0, not an error
+    levels = images.nan_to_num(0.0).round().clamp_(0, 255).long().reshape(n * c, h * w)  # NaN: bin 0, not an error
     ones = torch.ones((), dtype=images.dtype, device=images.device).expand(levels.shape)
     hist = torch.zeros(n * c, 256, dtype=images.dtype, device=images.device).scatter_add_(1, levels, ones)
     bins = torch.arange(256, dtype=images.dtype, device=images.device)
@@ -132,7 +132,7 @@ def _equalize_cpu(images: torch.Tensor) -> torch.Tensor:
     n, c, h, w = images.shape
     if images.device.type != "cpu" or not 0 < h * w < 1 << 24:
         return _equalize(images).long()
-    levels = images.nan_to_num(0.0).round_().clamp_(0, 255).to(torch.int64).view(n * c, h * w)
+    levels = images.nan_to_num(0.0).round_().clamp_(0, 255).to(torch.int64).reshape(n * c, h * w)
     offsets = torch.arange(0, n * c * 256, 256, device=images.device).view(-1, 1)
     hist = torch.bincount((levels + offsets).reshape(-1), minlength=n * c * 256).view(n * c, 256)
     step = (h * w - hist.gather(1, levels.amax(dim=1, keepdim=True))).div_(255, rounding_mode="floor")
