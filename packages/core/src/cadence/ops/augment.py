@@ -13,6 +13,7 @@ All give the same result. `augment_image` is the per-image reference. Torch only
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 import torch
@@ -69,6 +70,19 @@ def _cpu_groups(op_ids: torch.Tensor, values: torch.Tensor, matrices: torch.Tens
     return groups.masked_fill_(unchanged, _IDENTITY_GROUP)
 
 
+_BUFFERS = threading.local()
+
+
+def _work_buffers(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Three CPU work buffers (the steps take the first two in turn; the third takes a transient result),
+    kept per thread for the next call of the same shape: a fresh block-sized tensor costs page faults
+    on CPU, about as much as the step's copy."""
+    cached = getattr(_BUFFERS, "buffers", None)
+    if cached is None or cached[0].shape != shape or cached[0].dtype != dtype:
+        cached = _BUFFERS.buffers = tuple(torch.empty(shape, dtype=dtype) for _ in range(3))
+    return cached
+
+
 def _apply_sorted(
     images: torch.Tensor,
     rows: torch.Tensor,
@@ -76,13 +90,14 @@ def _apply_sorted(
     values: torch.Tensor,
     matrices: torch.Tensor,
     quantize: bool,
+    transient: bool = False,
 ) -> torch.Tensor:
     """The steps of the samples ``images[rows]`` on CPU, each primitive on its own samples only.
 
     At every step the samples are gathered once in the order of their groups, so that each group is
     a contiguous slice that its primitive reads and overwrites in place: one copy of the block per
     step instead of a gather and a scatter per primitive. Reads the group sizes on the host (free on
-    CPU). Returns the samples in the order of `rows`.
+    CPU). Returns the samples in the order of `rows` (in a work buffer if `transient`).
     """
     steps, k = groups.shape
     order = torch.argsort(groups, dim=1, stable=True)
@@ -93,8 +108,7 @@ def _apply_sorted(
     sources = [rows[order[0]], *rank[:-1].gather(1, order[1:])]
     values = values.gather(1, order)
     matrices = matrices.gather(1, order.view(steps, k, 1, 1).expand(-1, -1, 2, 3))
-    # two work buffers taken in turn: a fresh block-sized tensor per step costs page faults on CPU
-    buffers = [images.new_empty((k, *images.shape[1:])) for _ in range(2)]
+    buffers = _work_buffers((k, *images.shape[1:]), images.dtype)
     work = images
     for step, step_sizes in enumerate(sizes.tolist()):
         work = torch.index_select(work, 0, sources[step], out=buffers[step % 2])
@@ -106,7 +120,7 @@ def _apply_sorted(
                 start += size
         if quantize and start + step_sizes[_IDENTITY_GROUP]:
             work[: start + step_sizes[_IDENTITY_GROUP]].round_()
-    return torch.index_select(work, 0, rank[-1], out=buffers[steps % 2])
+    return torch.index_select(work, 0, rank[-1], out=buffers[2]) if transient else work.index_select(0, rank[-1])
 
 
 def _apply_each(
@@ -148,7 +162,7 @@ def apply_plan(
 
 
 def _apply_cpu(
-    images: torch.Tensor, op_ids: torch.Tensor, values: torch.Tensor, quantize: bool, copies: int
+    images: torch.Tensor, op_ids: torch.Tensor, values: torch.Tensor, quantize: bool, copies: int, transient: bool
 ) -> torch.Tensor:
     """`apply_ops` on CPU, in cache-sized blocks of samples: a whole large batch would stream through
     memory at every primitive, while a block stays in cache (each sample's ops are its own, so the
@@ -164,7 +178,7 @@ def _apply_cpu(
     block = max(1, _CPU_BLOCK_BYTES // sample_bytes)
     rows = torch.arange(total, device=images.device) % n
     if total <= block:
-        return _apply_sorted(images, rows, groups, values, matrices, quantize)
+        return _apply_sorted(images, rows, groups, values, matrices, quantize, transient)
     parts = [
         _apply_sorted(images, rows[i : i + block], *(t[:, i : i + block] for t in (groups, values, matrices)), quantize)
         for i in range(0, total, block)
@@ -211,6 +225,7 @@ def apply_ops(
     quantize: bool = False,
     grouped: bool | None = None,
     copies: int = 1,
+    transient: bool = False,
 ) -> torch.Tensor:
     """Apply (steps, N) ops (`draw_ops`; op id -1 = none) to (N, C, H, W) pixels, step by step.
 
@@ -227,12 +242,14 @@ def apply_ops(
             the same result.
         copies: the ops cover `copies` copies of the batch, copy-major ((steps, copies * N) op ids:
             AugMix's chains), without materialising the copies on CPU. Returns copies * N samples.
+        transient: the result may live in a per-thread buffer that the next call overwrites (no fresh
+            batch-sized tensor, which page-faults on CPU): for callers that consume it at once.
     """
     n, _, h, w = images.shape
     if copies < 1 or op_ids.shape[-1] != copies * n:
         raise ValueError(f"`op_ids` must have copies * N = {copies} * {n} columns, got shape {tuple(op_ids.shape)}")
     if images.device.type == "cpu" if grouped is None else grouped:
-        return _apply_cpu(images, op_ids, values, quantize, copies)
+        return _apply_cpu(images, op_ids, values, quantize, copies, transient)
     images = images.repeat(copies, 1, 1, 1) if copies > 1 else images
     for step in range(op_ids.shape[0]):
         images = apply_op_parameters(images, primitive_parameters(op_ids[step], values[step], h, w, ops))
@@ -249,11 +266,12 @@ def augment_batch(
     *,
     quantize: bool = False,
     grouped: bool | None = None,
+    transient: bool = False,
 ) -> torch.Tensor:
     """`steps` random ops per sample of (N, C, H, W) pixels: `draw_ops`, then `apply_ops`."""
     n, _, h, w = images.shape
     op_ids, values = draw_ops(n, ops, severity, steps, (h, w), generator, images.device)
-    return apply_ops(images, op_ids, values, ops, quantize=quantize, grouped=grouped)
+    return apply_ops(images, op_ids, values, ops, quantize=quantize, grouped=grouped, transient=transient)
 
 
 def augment_image(

@@ -53,8 +53,8 @@ def _from_pil(image: Any) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
 def to_pixels(
     images: Any, *, single: bool = False, any_range: bool = False
 ) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any], bool]:
-    """Float NCHW pixels in [0, 255], a function that turns them back into the input's type, and
-    whether the input was 8-bit (uint8 or PIL).
+    """Float NCHW pixels in [0, 255], a function that turns them back into the input's type (it may
+    overwrite the float pixels it is given), and whether the input was 8-bit (uint8 or PIL).
 
     Accepts NCHW tensors, and with ``single=True`` also a CHW tensor or a PIL image ('L'/'RGB').
     Tensors are expected unnormalised: uint8, or float in [0, 1], which is clamped to [0, 1]. Floats
@@ -97,8 +97,10 @@ def to_pixels(
 
     def restore(out: torch.Tensor) -> torch.Tensor:
         if dtype == torch.uint8:
-            # through int32: the same levels, and several times faster than float -> uint8 on CPU
-            out = out.round().clamp_(0, 255).to(torch.int32).to(dtype)
+            # in place (out is the pipeline's own; no fresh batch-sized tensors, which page-fault on CPU):
+            # adding 2**23 rounds a float in [0, 255] half to even, as round(), and leaves the level in the
+            # low bits of its int32 view; int32 -> uint8 keeps them (several times faster than float -> uint8)
+            out = out.clamp_(0, 255).add_(8388608.0).view(torch.int32).to(dtype)
         elif low is not None:
             out = torch.maximum(torch.minimum(out / 255 * (high - low) + low, high), low).to(dtype)
         else:

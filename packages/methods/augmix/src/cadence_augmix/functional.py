@@ -48,13 +48,15 @@ def _mix_weights(
 def _combine(
     original: torch.Tensor, chains: list[torch.Tensor], weights: torch.Tensor, skip: torch.Tensor
 ) -> torch.Tensor:
-    """``(1 - m) x + m sum_i w_i chain_i``, per sample."""
+    """``(1 - m) x + m sum_i w_i chain_i``, per sample. Consumes its inputs: computes in place in
+    `original` and the first chain (fresh batch-sized tensors page-fault on CPU), with the same
+    arithmetic as out of place."""
     weights = weights.to(original.dtype).reshape(len(chains), -1, 1, 1, 1)
-    mixed = chains[0] * weights[0]
+    mixed = chains[0].mul_(weights[0])
     for chain, weight in zip(chains[1:], weights[1:]):
         mixed = mixed.addcmul_(chain, weight)
     skip = skip.to(original.dtype).view(-1, 1, 1, 1)
-    return torch.addcmul(original * (1 - skip), mixed, skip)
+    return torch.addcmul(original.mul_(1 - skip), mixed, skip, out=mixed)
 
 
 def _mix(
@@ -141,7 +143,9 @@ def augmix_batch(
     n, _, h, w = pixels.shape
     op_ids, values = _draw_chains(n, ops, severity, depth, width, (h, w), generator, pixels.device)
     # all chains as one batch of width * N images (on CPU without copying the batch width times)
-    chains = list(apply_ops(pixels, op_ids, values, ops, quantize=eight_bit, copies=width).chunk(width))
+    # consumed at once by the mixing: the chains may sit in a reused buffer (no page faults on CPU)
+    chains = apply_ops(pixels, op_ids, values, ops, quantize=eight_bit, copies=width, transient=True).chunk(width)
+    chains = list(chains)
     return restore(_mix(pixels, chains, alpha, generator))
 
 

@@ -94,7 +94,8 @@ def randaugment_batch(
 
         return each_sample(one, images)
     pixels, restore, eight_bit = to_pixels(images, any_range=True)
-    return restore(augment_batch(pixels, ops, severity, depth, generator, quantize=eight_bit))
+    # the result is consumed at once by restore: it may sit in a reused buffer (no page faults on CPU)
+    return restore(augment_batch(pixels, ops, severity, depth, generator, quantize=eight_bit, transient=True))
 
 
 class RandAugmentTransform(torch.nn.Module):
