@@ -14,6 +14,8 @@ Torch only.
 from __future__ import annotations
 
 import functools
+import math
+import threading
 from typing import Any
 
 import torch
@@ -193,7 +195,7 @@ def warp_affine(images: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     return _choose(identity.to(images.dtype), images, _warp_affine(images, m))
 
 
-def _warp_affine(images: torch.Tensor, m: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def _warp_affine(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """`warp_affine` without the identity check: identity matrices give nearly, not exactly, the input."""
     n, _, h, w = images.shape
     # the map into grid_sample's coordinates (align_corners=False: -1 and 1 are the outer edges)
@@ -207,7 +209,41 @@ def _warp_affine(images: torch.Tensor, m: torch.Tensor, out: torch.Tensor | None
     # 1 inside the image, 0 outside (the ramp between is 1e-7 of the image wide); (reach - 1) * -1e7 is
     # exactly (1 - reach) * 1e7, computed in place
     inside = grid.abs_().amax(dim=1).sub_(1).mul_(-1e7).add_(1).clamp_(0, 1).view(n, 1, h, w)
-    return warped.mul_(inside) if out is None else torch.mul(warped, inside, out=out)
+    return warped.mul_(inside)
+
+
+_SCRATCH = threading.local()
+_SCRATCH_LIMIT = 1 << 22  # elements: larger temporaries are made fresh rather than kept
+
+
+def _scratch(slot: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A per-thread CPU tensor of `shape` in `slot`, kept for later calls (its contents are garbage):
+    a fresh batch-sized temporary page-faults on CPU, about as much as computing into it."""
+    numel = math.prod(shape)
+    cache = _SCRATCH.__dict__.setdefault("tensors", {})
+    kept = cache.get((slot, dtype))
+    if kept is None or kept.numel() < numel:
+        if numel > _SCRATCH_LIMIT:
+            return torch.empty(shape, dtype=dtype)
+        kept = cache[(slot, dtype)] = torch.empty(numel, dtype=dtype)
+    return kept[:numel].view(shape)
+
+
+def _warp_affine_(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """`_warp_affine` into `images` (CPU), its temporaries in scratch tensors: the same ops on the
+    same shapes, so the same values."""
+    n, c, h, w = images.shape
+    scale = device_constant(((2 / w,), (2 / h,)), m.dtype, m.device)
+    normal = m * scale - device_constant((0.0, 0.0, 1.0), m.dtype, m.device)
+    x, y = _pixel_centres(h, w, m.dtype, m.device)
+    grid = torch.addcmul(normal[..., 2:], x, normal[..., :1], out=_scratch(0, (n, 2, h * w), m.dtype))
+    grid = grid.addcmul_(y, normal[..., 1:2])
+    # grid_sample(mode="bilinear", padding_mode="border", align_corners=False), into a scratch tensor
+    warped = _scratch(1, (n, c, h, w), images.dtype)
+    torch.ops.aten.grid_sampler_2d.out(images, grid.view(n, 2, h, w).permute(0, 2, 3, 1), 0, 1, False, out=warped)
+    inside = torch.amax(grid.abs_(), dim=1, out=_scratch(2, (n, h * w), m.dtype))
+    inside = inside.sub_(1).mul_(-1e7).add_(1).clamp_(0, 1).view(n, 1, h, w)
+    return torch.mul(warped, inside, out=images)
 
 
 #: The primitives that check per sample whether it changes, without that check: for a caller that
@@ -236,7 +272,7 @@ def _autocontrast_(images: torch.Tensor) -> torch.Tensor:
 #: for the CPU grouped path, whose samples sit in a work buffer that the result would be copied
 #: into. The very same arithmetic (elementwise ops give the same values in place), one pass less.
 IN_PLACE: dict[str, Any] = {
-    "affine": lambda images, matrix: _warp_affine(images, matrix.to(images.device, images.dtype), images),
+    "affine": lambda images, matrix: _warp_affine_(images, matrix.to(images.device, images.dtype)),
     "color": lambda images, factor: _blend_(images, _gray(images), factor),
     "contrast": lambda images, factor: _blend_(images, _gray(images).mean(dim=(1, 2, 3), keepdim=True), factor),
     "brightness": lambda images, factor: images.mul_(_per_sample(factor, images)).clamp_(0, 255),
