@@ -213,7 +213,7 @@ def _warp_affine(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
 
 
 _SCRATCH = threading.local()
-_SCRATCH_LIMIT = 1 << 22  # elements: larger temporaries are made fresh rather than kept
+_SCRATCH_LIMIT = 1 << 20  # elements (4 MiB of float32): larger temporaries are made fresh, not kept
 
 
 def _scratch(slot: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
