@@ -166,3 +166,14 @@ def test_normalised_images_are_augmented_in_their_own_range(function: str) -> No
     assert out.dtype == normalised.dtype and out.shape == normalised.shape
     assert torch.allclose(out, (run(images) - 0.5) / 0.25, atol=1e-4)
     assert out.min() >= -2 and out.max() <= 2 and not torch.equal(out, normalised)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_results_do_not_share_the_reused_work_buffers(dtype: torch.dtype) -> None:
+    # on CPU the steps run in per-thread buffers kept between calls: a result must not live in them
+    images = _images(8, dtype)
+    first = augmix_batch(images, generator=torch.Generator().manual_seed(0))
+    kept = first.clone()
+    second = augmix_batch(images, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(first, kept) and not torch.equal(first, second)
+    assert torch.equal(images, _images(8, dtype))  # the input is left alone

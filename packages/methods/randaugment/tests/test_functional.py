@@ -156,3 +156,14 @@ def test_sample_by_sample_gives_the_same_result(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(augment, "_CPU_SAMPLE_BYTES", 0)
     one_by_one = randaugment_batch(images, depth=3, generator=torch.Generator().manual_seed(2))
     assert torch.equal(together, one_by_one) and one_by_one.stride() == together.stride()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_results_do_not_share_the_reused_work_buffers(dtype: torch.dtype) -> None:
+    # on CPU the steps run in per-thread buffers kept between calls: a result must not live in them
+    images = _images(8, dtype)
+    first = randaugment_batch(images, generator=torch.Generator().manual_seed(0))
+    kept = first.clone()
+    second = randaugment_batch(images, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(first, kept) and not torch.equal(first, second)
+    assert torch.equal(images, _images(8, dtype))  # the input is left alone
