@@ -73,10 +73,12 @@ def _cpu_groups(op_ids: torch.Tensor, values: torch.Tensor, matrices: torch.Tens
 _BUFFERS = threading.local()
 
 
-def _work_buffers(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """Three CPU work buffers (the steps take the first two in turn; the third takes a transient result),
-    kept per thread for the next call of the same shape: a fresh block-sized tensor costs page faults
-    on CPU, about as much as the step's copy."""
+def _work_buffers(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Three work buffers (the steps take the first two in turn; the third takes a transient result),
+    on CPU kept per thread for the next call of the same shape: a fresh block-sized tensor costs page
+    faults on CPU, about as much as the step's copy. Elsewhere (grouped forced on) fresh ones."""
+    if device.type != "cpu":
+        return tuple(torch.empty(shape, dtype=dtype, device=device) for _ in range(3))
     cached = getattr(_BUFFERS, "buffers", None)
     if cached is None or cached[0].shape != shape or cached[0].dtype != dtype:
         cached = _BUFFERS.buffers = tuple(torch.empty(shape, dtype=dtype) for _ in range(3))
@@ -108,7 +110,7 @@ def _apply_sorted(
     sources = [rows[order[0]], *rank[:-1].gather(1, order[1:])]
     values = values.gather(1, order)
     matrices = matrices.gather(1, order.view(steps, k, 1, 1).expand(-1, -1, 2, 3))
-    buffers = _work_buffers((k, *images.shape[1:]), images.dtype)
+    buffers = _work_buffers((k, *images.shape[1:]), images.dtype, images.device)
     work = images
     for step, step_sizes in enumerate(sizes.tolist()):
         work = torch.index_select(work, 0, sources[step], out=buffers[step % 2])

@@ -216,15 +216,15 @@ _SCRATCH = threading.local()
 _SCRATCH_LIMIT = 1 << 20  # elements (4 MiB of float32): larger temporaries are made fresh, not kept
 
 
-def _scratch(slot: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A per-thread CPU tensor of `shape` in `slot`, kept for later calls (its contents are garbage):
+def _scratch(slot: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A tensor of `shape` in `slot` (its contents are garbage), on CPU kept per thread for later calls:
     a fresh batch-sized temporary page-faults on CPU, about as much as computing into it."""
     numel = math.prod(shape)
+    if device.type != "cpu" or numel > _SCRATCH_LIMIT:
+        return torch.empty(shape, dtype=dtype, device=device)
     cache = _SCRATCH.__dict__.setdefault("tensors", {})
     kept = cache.get((slot, dtype))
     if kept is None or kept.numel() < numel:
-        if numel > _SCRATCH_LIMIT:
-            return torch.empty(shape, dtype=dtype)
         kept = cache[(slot, dtype)] = torch.empty(numel, dtype=dtype)
     return kept[:numel].view(shape)
 
@@ -236,12 +236,12 @@ def _warp_affine_(images: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     scale = device_constant(((2 / w,), (2 / h,)), m.dtype, m.device)
     normal = m * scale - device_constant((0.0, 0.0, 1.0), m.dtype, m.device)
     x, y = _pixel_centres(h, w, m.dtype, m.device)
-    grid = torch.addcmul(normal[..., 2:], x, normal[..., :1], out=_scratch(0, (n, 2, h * w), m.dtype))
+    grid = torch.addcmul(normal[..., 2:], x, normal[..., :1], out=_scratch(0, (n, 2, h * w), m.dtype, m.device))
     grid = grid.addcmul_(y, normal[..., 1:2])
     # grid_sample(mode="bilinear", padding_mode="border", align_corners=False), into a scratch tensor
-    warped = _scratch(1, (n, c, h, w), images.dtype)
+    warped = _scratch(1, (n, c, h, w), images.dtype, images.device)
     torch.ops.aten.grid_sampler_2d.out(images, grid.view(n, 2, h, w).permute(0, 2, 3, 1), 0, 1, False, out=warped)
-    inside = torch.amax(grid.abs_(), dim=1, out=_scratch(2, (n, h * w), m.dtype))
+    inside = torch.amax(grid.abs_(), dim=1, out=_scratch(2, (n, h * w), m.dtype, m.device))
     inside = inside.sub_(1).mul_(-1e7).add_(1).clamp_(0, 1).view(n, 1, h, w)
     return torch.mul(warped, inside, out=images)
 
