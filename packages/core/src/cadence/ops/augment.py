@@ -8,7 +8,9 @@ host, so it never synchronises. Grouped (for CPU, where reading a value costs no
 are sorted by operation once per step and each primitive runs on its own contiguous slice only, a
 fraction of the dense path's work. Large images on CPU (`per_sample_on_cpu`) run one by one instead,
 conversion to the end (`plan_ops`, `apply_plan`, `each_sample`), so that an image stays in cache.
-All give the same result. `augment_image` is the per-image reference. Torch only.
+On CPU the grouped steps write into per-thread buffers kept between calls: a fresh batch-sized
+tensor page-faults, which cost as much as the work itself. All give the same result.
+`augment_image` is the per-image reference. Torch only.
 """
 
 from __future__ import annotations
