@@ -76,10 +76,10 @@ def batch_set_item(batch: Any, key: BatchKey, value: Any) -> Any:
 def _first_tensor(batch: Any) -> torch.Tensor | None:
     if isinstance(batch, torch.Tensor):
         return batch
-    if isinstance(batch, Mapping):
-        values: Sequence[Any] = list(batch.values())
-    elif isinstance(batch, (tuple, list)):
-        values = batch
+    if isinstance(batch, (tuple, list)):  # before Mapping, whose ABC check is the slow one
+        values: Sequence[Any] = batch
+    elif isinstance(batch, Mapping):
+        values = list(batch.values())
     else:
         return None
     for value in values:
@@ -112,12 +112,12 @@ def batch_to_device(batch: Any, device: torch.device, non_blocking: bool = False
         if batch.device == device:
             return batch
         return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, Mapping):
-        return {k: batch_to_device(v, device, non_blocking) for k, v in batch.items()}
-    if isinstance(batch, tuple):
+    if isinstance(batch, tuple):  # before Mapping: an ABC check costs more than the common case
         return tuple(batch_to_device(v, device, non_blocking) for v in batch)
     if isinstance(batch, list):
         return [batch_to_device(v, device, non_blocking) for v in batch]
+    if isinstance(batch, Mapping):
+        return {k: batch_to_device(v, device, non_blocking) for k, v in batch.items()}
     return batch
 
 

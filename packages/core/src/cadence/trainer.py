@@ -417,7 +417,7 @@ class Trainer:
         total: torch.Tensor | None = None
         for index, microbatch in enumerate(microbatches):
             is_last = index == len(microbatches) - 1
-            no_sync = getattr(self._forward_module, "no_sync", None)
+            no_sync = getattr(self._forward_module, "no_sync", None) if state.world_size > 1 else None
             with no_sync() if (no_sync is not None and not (is_last and sync)) else contextlib.nullcontext():
                 weight = batch_num_samples(microbatch) / batch_size if batch_size else 1.0
                 loss = self._train_microbatch(microbatch, weight, metrics and self.compute_train_metrics)
