@@ -2,6 +2,7 @@
 
     python ddp_run.py OUT_DIR                      # one process, global batch 16
     torchrun --nproc_per_node 2 ddp_run.py OUT_DIR  # two processes, 8 per rank
+    torchrun --nproc_per_node 2 ddp_run.py OUT_DIR compile  # the same, DDP module torch.compile'd (eager backend)
 
 Every rank writes OUT_DIR/rank{r}.pt: the final weights (rank 0), eval results before and
 after training, and how many metrics its logger received.
@@ -44,6 +45,7 @@ def main() -> None:
         seed=5,
         device="cpu",
         progress_bar=False,
+        compile_config={"backend": "eager"} if sys.argv[2:] == ["compile"] else None,
     )
     before = trainer.eval()
     trainer.fit()

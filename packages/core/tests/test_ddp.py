@@ -7,12 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 SCRIPT = Path(__file__).with_name("ddp_run.py")
 
 
-def test_two_gloo_processes_match_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_two_gloo_processes_match_one(tmp_path: Path, mode: str) -> None:
+    """Also with the DDP module compiled (``compile_config``, eager backend: Dynamo's DDP graph splitting)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     single = subprocess.run(
         [sys.executable, str(SCRIPT), str(tmp_path / "one")], env=env, capture_output=True, text=True, timeout=300
@@ -20,7 +23,7 @@ def test_two_gloo_processes_match_one(tmp_path: Path) -> None:
     assert single.returncode == 0, single.stderr
     # --standalone: torchrun picks a free port itself, so no other process can take it first
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    launch += [str(SCRIPT), str(tmp_path / "two")]
+    launch += [str(SCRIPT), str(tmp_path / "two"), *(["compile"] if mode == "compile" else [])]
     ddp = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=300)
     assert ddp.returncode == 0, ddp.stderr[-4000:]
 
