@@ -20,6 +20,7 @@ from cadence.timestring import (
     TimeUnit,
     as_count,
     checked_value,
+    count_unchecked,
     split_timestring,
     with_iteration_start,
 )
@@ -241,13 +242,6 @@ _COUNT_FIELDS.update(epoch_in_iteration=_EP, token_in_iteration=_TOK)
 _COUNTERS = {unit: name for name, unit in list(_COUNT_FIELDS.items())[:5]}  # the run-long counters
 
 
-def _count(value: int, unit: TimeUnit) -> Count:
-    """``Count(value, unit)`` for a known int and unit, without parsing the unit (the per-batch path)."""
-    count = int.__new__(Count, value)
-    count.unit = unit
-    return count
-
-
 @dataclass(frozen=True)
 class Timestamp:
     """Where a run is: counters since the start, counters within the epoch, and wall-clock seconds.
@@ -311,25 +305,20 @@ class Timestamp:
         seconds = duration if duration.__class__ is float else float(Seconds(duration or 0.0))
         samples = samples if samples.__class__ is int else as_count("samples", samples, _SP)
         tokens = tokens if tokens.__class__ is int else as_count("tokens", tokens, _TOK)
-        return self._advanced(
-            batch=_count(self.batch + 1, _BA),
-            batch_in_epoch=_count(self.batch_in_epoch + 1, _BA),
-            sample=_count(self.sample + samples, _SP),
-            sample_in_epoch=_count(self.sample_in_epoch + samples, _SP),
-            token=_count(self.token + tokens, _TOK),
-            token_in_epoch=_count(self.token_in_epoch + tokens, _TOK),
-            token_in_iteration=_count(self.token_in_iteration + tokens, _TOK),
+        advanced = object.__new__(Timestamp)  # no __post_init__: its checks cost more than the rest of the step
+        advanced.__dict__.update(
+            self.__dict__,
+            batch=count_unchecked(self.batch + 1, _BA),
+            batch_in_epoch=count_unchecked(self.batch_in_epoch + 1, _BA),
+            sample=count_unchecked(self.sample + samples, _SP),
+            sample_in_epoch=count_unchecked(self.sample_in_epoch + samples, _SP),
+            token=count_unchecked(self.token + tokens, _TOK),
+            token_in_epoch=count_unchecked(self.token_in_epoch + tokens, _TOK),
+            token_in_iteration=count_unchecked(self.token_in_iteration + tokens, _TOK),
             total_wct=float.__new__(Seconds, self.total_wct + seconds),  # Seconds(), without its type checks
             epoch_wct=float.__new__(Seconds, self.epoch_wct + seconds),
             batch_wct=float.__new__(Seconds, seconds),
         )
-
-    def _advanced(self, **fields: Any) -> Timestamp:
-        """A copy with `fields`, which must already be `Count`/`Seconds` of the right unit: the trainer's
-        per-batch step, which skips ``__post_init__``'s checks (they cost more than the rest of the step)."""
-        advanced = object.__new__(Timestamp)
-        advanced.__dict__.update(self.__dict__)
-        advanced.__dict__.update(fields)
         return advanced
 
     def to_next_epoch(self, duration: float | datetime.timedelta | None = 0.0) -> Timestamp:

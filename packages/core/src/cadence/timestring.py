@@ -126,6 +126,14 @@ class Count(int):
         return f"{int(self)}{self.unit.value}"
 
 
+def count_unchecked(value: int, unit: TimeUnit) -> Count:
+    """``Count(value, unit)`` for an int and a `TimeUnit` known to be right, without parsing the unit
+    (the trainer's per-batch timestamp)."""
+    count = int.__new__(Count, value)
+    count.unit = unit
+    return count
+
+
 class Seconds(float):
     """Wall-clock seconds, as a `Timestamp` holds them: a ``float`` that also answers
     ``total_seconds()``, so code written for Composer's ``datetime.timedelta`` fields keeps working."""
