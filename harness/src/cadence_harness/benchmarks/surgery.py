@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import platform
 import statistics
 import time
 import warnings
@@ -31,6 +30,7 @@ from torch import nn
 from cadence import NotApplicableError
 from cadence.ops import SurgeryMethod
 from cadence.registry import registry
+from cadence_harness.benchmarks.machine import cpu_name
 
 SHAPES = ((64, 3, 32, 32), (16, 3, 224, 224))
 REPEATS = 5
@@ -114,17 +114,6 @@ def measure(
         for name, values in times.items()
     }
     return {**refused, **medians}
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def print_table(variants: list[Variant], shape: tuple[int, ...], medians: dict[str, tuple[float, float] | str]) -> None:
