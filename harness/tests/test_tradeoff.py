@@ -10,10 +10,14 @@ import math
 import numpy as np
 import pytest
 
+from cadence_harness.budgets import budget_value
+from cadence_harness.records import RunRecord
+from cadence_harness.runspec import TAG
 from cadence_harness.tradeoff import (
     Curve,
     Speedup,
     cost_to_reach,
+    curves_from_records,
     cyclic_checks,
     matched_speedups,
     pareto_points,
@@ -165,3 +169,33 @@ def test_seed_resamples_are_each_computed_once() -> None:
     rows, counts = _resamples(3, 10_000, 0)
     assert len(rows) <= math.comb(5, 3) and counts.sum() == 10_000
     assert {tuple(r) for r in rows} <= set(itertools.combinations_with_replacement(range(3), 3))
+
+
+def _record(arm: str, budget: str, seed: int, accuracy: float) -> RunRecord:
+    cost = budget_value(budget)
+    tags = {"arm": arm, "seed": str(seed), "budget": budget, "curve_hash": f"curve-{arm}"}
+    return RunRecord(
+        run_id=f"{arm}-{budget}-s{seed}",
+        experiment="study",
+        tags={f"{TAG}{key}": value for key, value in {**tags, "baseline_curve_hash": "curve-baseline"}.items()},
+        params={"duration": budget},
+        metrics={"final/accuracy": accuracy, "final/flops": cost * 1e12, "final/train_s": cost * 10},
+    )
+
+
+def test_a_grid_still_running_its_longest_budget_keeps_its_finished_budgets_with_every_seed() -> None:
+    # three seeds at 1ep, 2ep and 4ep; 8ep run for seed 0 only so far: the curve keeps 3 seeds over the
+    # three finished budgets (not 1 seed over 4, which would leave no interval) and says what it left out
+    records = [_record("baseline", b, s, 0.5 + 0.1 * i) for i, b in enumerate(BUDGETS[:3]) for s in range(3)]
+    records.append(_record("baseline", "8ep", 0, 0.9))
+    (curve,) = curves_from_records(records)
+    assert (curve.budgets, curve.seeds, curve.left_out) == (BUDGETS[:3], [0, 1, 2], {"8ep": 1})
+    # once every seed has it, the budget joins the curve
+    (curve,) = curves_from_records([*records, _record("baseline", "8ep", 1, 0.9), _record("baseline", "8ep", 2, 0.9)])
+    assert (curve.budgets, curve.seeds, curve.left_out) == (BUDGETS, [0, 1, 2], {})
+    # a seed that has only the shortest budget does not cost the curve its other budgets
+    (curve,) = curves_from_records([*records, _record("baseline", "1ep", 3, 0.5)])
+    assert (curve.budgets, curve.seeds) == (BUDGETS[:3], [0, 1, 2])
+    # one seed everywhere: the one curve there is
+    (curve,) = curves_from_records([r for r in records if r.seed == 0])
+    assert (curve.budgets, curve.seeds, curve.left_out) == (BUDGETS, [0], {})

@@ -182,6 +182,13 @@ def tradeoff_markdown(section: Section) -> str:
             lines.append("| " + " | ".join(row) + " |")
         if curve.arm != "baseline":
             verdicts.append([curve.label, *(verdict(speedups[u]) if speedups[u] else "—" for u in units)])
+    partial = [
+        f"{curve.label} {budget} ({seeds} seed{'s' if seeds != 1 else ''} so far)"
+        for curve in section.curves
+        for budget, seeds in curve.left_out.items()
+    ]
+    if partial:
+        lines += ["", f"Left out of the curves until every seed has run them: {'; '.join(partial)}."]
     if verdicts:
         lines += ["", "### Against the baseline's curve", "", "| arm | " + " | ".join(COSTS[u] for u in units) + " |"]
         lines += [

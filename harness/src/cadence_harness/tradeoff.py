@@ -71,6 +71,7 @@ class Curve:
     accuracy: np.ndarray
     costs: dict[str, np.ndarray]
     run_ids: list[str] = field(default_factory=list)
+    left_out: dict[str, int] = field(default_factory=dict)  # budget -> seeds run so far, where not every seed is
 
     @property
     def n(self) -> int:
@@ -104,7 +105,8 @@ def _points(record: RunRecord) -> dict[str, tuple[float, dict[str, float]]]:
 
 
 def curves_from_records(records: Sequence[RunRecord]) -> list[Curve]:
-    """The curves of `records` (one per curve hash), each over the seeds it has at every one of its budgets."""
+    """The curves of `records` (one per curve hash), each over the seeds it has at every one of its budgets
+    (`_complete_budgets`; the budgets it leaves out are in `Curve.left_out`)."""
     grouped: dict[str, list[RunRecord]] = defaultdict(list)
     for record in records:
         grouped[record.curve_hash].append(record)
@@ -114,12 +116,9 @@ def curves_from_records(records: Sequence[RunRecord]) -> list[Curve]:
         for run in runs:
             for budget, point in _points(run).items():
                 table[budget][run.seed] = point
-        budgets = sorted(table, key=budget_value)
-        while budgets and not set.intersection(*(set(table[b]) for b in budgets)):
-            budgets.pop()  # a partial grid: keep the budgets some seed has completed
+        budgets, seeds = _complete_budgets(table)
         if not budgets:
             continue
-        seeds = sorted(set.intersection(*(set(table[b]) for b in budgets)))
         units = [u for u in COSTS if all(u in table[b][s][1] for b in budgets for s in seeds)]
         first = runs[0]
         curves.append(
@@ -134,9 +133,28 @@ def curves_from_records(records: Sequence[RunRecord]) -> list[Curve]:
                 accuracy=np.array([[table[b][s][0] for b in budgets] for s in seeds], dtype=float),
                 costs={u: np.array([[table[b][s][1][u] for b in budgets] for s in seeds], dtype=float) for u in units},
                 run_ids=sorted(r.run_id for r in runs),
+                left_out={b: len(table[b]) for b in sorted(table, key=budget_value) if b not in budgets},
             )
         )
     return sorted(curves, key=lambda c: (c.arm != "baseline", c.cyclic, c.arm.count("+"), c.arm, c.curve_hash))
+
+
+def _complete_budgets(table: dict[str, dict[int, object]]) -> tuple[list[str], list[int]]:
+    """The budgets a curve keeps and the seeds it has at every one of them: of the prefixes of its budgets
+    (shortest first, the order a grid finishes them in), the one with the most points, preferring two
+    seeds or more (an interval needs them), ties to more seeds. A grid still running its longest budget
+    (one seed done so far) so keeps its finished budgets with every seed, instead of shrinking the
+    whole curve to the one seed that has them all."""
+    ordered = sorted(table, key=budget_value)
+    best: tuple[bool, int, int] = (False, 0, 0)
+    kept: tuple[list[str], list[int]] = ([], [])
+    common: set[int] | None = None
+    for k, budget in enumerate(ordered, 1):
+        common = set(table[budget]) if common is None else common & set(table[budget])
+        score = (len(common) >= 2, len(common) * k, len(common))
+        if common and score > best:
+            best, kept = score, (ordered[:k], sorted(common))
+    return kept
 
 
 # Reading the baseline's curve -------------------------------------------------------------
