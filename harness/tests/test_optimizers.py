@@ -41,3 +41,26 @@ def test_a_run_trains_with_decoupled_sgdw(decoupled: None, tiny_recipe: Any, tra
     run = MlflowClient(tracking_uri).get_run(result.run_id)
     assert run.info.status == "FINISHED"
     assert "decoupled_sgdw" in run.data.params.values()
+
+
+@pytest.fixture
+def decoupled_method() -> None:
+    if "decoupled_weight_decay" not in registry().methods:
+        pytest.skip("needs cadence-decoupled-weight-decay")
+
+
+def test_the_decoupled_weight_decay_arm_takes_the_optimizers_decay_over(
+    decoupled_method: None, tiny_recipe: Any, tracking_uri: str
+) -> None:
+    # the recipe's SGD decays; DecoupledWeightDecay refuses such an optimizer, so its arm builds the SGD
+    # without decay (and logs it so), while the baseline keeps it and both stay one family
+    optimizer = {"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}
+    recipe = tiny_recipe(optimizer=optimizer, methods={"decoupled_weight_decay": {"weight_decay": 5e-4}})
+    arm, baseline = RunSpec(recipe, ("decoupled_weight_decay",), seed=0), RunSpec(recipe, (), seed=0)
+    assert arm.optimizer_settings() == {**optimizer, "weight_decay": 0.0}
+    assert baseline.optimizer_settings() == optimizer
+    assert (arm.family_hash, arm.baseline_curve_hash) == (baseline.family_hash, baseline.curve_hash)
+    run = MlflowClient(tracking_uri).get_run(execute(arm, tracking_uri=tracking_uri, progress_bar=False).run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["optimizer.weight_decay"] == "0.0"
+    assert run.data.params["method.decoupled_weight_decay.weight_decay"] == "0.0005"

@@ -152,6 +152,7 @@ def params_of(spec: RunSpec, algorithms: list[Algorithm]) -> dict[str, Any]:
             params.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             params[key] = value
+    params.update({f"optimizer.{k}": v for k, v in spec.optimizer_settings().items()})  # as the arm builds it
     params["methods"] = spec.arm_name
     for (name, kwargs), algorithm in zip(spec.method_kwargs(), algorithms, strict=True):
         params[f"method.{name}"] = repr(algorithm)
@@ -297,9 +298,9 @@ def build_algorithms(spec: RunSpec) -> list[Algorithm]:
     return [build_algorithm(name, kwargs) for name, kwargs in spec.method_kwargs()]
 
 
-def _optimizer(recipe: Recipe, model: torch.nn.Module) -> torch.optim.Optimizer:
-    kwargs = {k: v for k, v in recipe.optimizer.items() if k != "name"}
-    return OPTIMIZERS[recipe.optimizer["name"]](model.parameters(), **kwargs)
+def _optimizer(spec: RunSpec, model: torch.nn.Module) -> torch.optim.Optimizer:
+    settings = spec.optimizer_settings()
+    return OPTIMIZERS[settings.pop("name")](model.parameters(), **settings)
 
 
 def _mlflow_logger(spec: RunSpec, tracking_uri: str | None, tags: dict[str, str]) -> Any:
@@ -363,7 +364,7 @@ def execute(
             eval_dataloader=data.eval,
             eval_interval=eval_interval,
             max_duration=recipe.duration,
-            optimizers=_optimizer(recipe, model),
+            optimizers=_optimizer(spec, model),
             schedulers=build_schedulers(recipe),
             algorithms=algorithms,
             callbacks=callbacks,

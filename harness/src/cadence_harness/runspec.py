@@ -24,6 +24,10 @@ TAG = "cadence."  # prefix of every tag the harness writes
 _NOT_IDENTITY = ("name", "description", "source", "seeds", "grid", "methods", "durations", "curve")
 
 
+#: Methods that do the weight decay themselves: their arms build the recipe's optimizer without its own.
+DECAY_OWNERS = frozenset({"decoupled_weight_decay"})
+
+
 def arm_name(methods: tuple[str, ...]) -> str:
     return "+".join(methods) if methods else "baseline"
 
@@ -54,6 +58,15 @@ class RunSpec:
 
     def method_kwargs(self) -> list[tuple[str, dict[str, Any]]]:
         return [(name, dict(self.recipe.methods.get(name, {}))) for name in self.arm]
+
+    def optimizer_settings(self) -> dict[str, Any]:
+        """The recipe's optimizer as this arm builds it: without weight decay of its own when one of the arm's
+        methods takes the decay over (`DECAY_OWNERS`), so that the arm swaps coupled decay for decoupled
+        decay instead of decaying twice (DecoupledWeightDecay refuses an optimizer that decays)."""
+        settings = dict(self.recipe.optimizer)
+        if DECAY_OWNERS.intersection(self.arm) and settings.get("weight_decay"):
+            settings["weight_decay"] = 0.0
+        return settings
 
     def group_config(self) -> dict[str, Any]:
         """Everything that defines the arm, except the seed."""
