@@ -12,7 +12,8 @@ def test_the_overhead_benchmark_times_every_variant_and_prints_the_targets(capsy
     printed = capsys.readouterr().out
     for variant in ("raw PyTorch loop", "cadence Trainer", "+ 10 idle methods", "+ 10 no-op methods on every event"):
         assert variant in printed
-    assert printed.count("<= 1.05x or <= 50 us:") == 3 and "logical CPUs" in printed
+    assert printed.count("<= 1.05x or <= 50 us:") == 6 and "logical CPUs" in printed  # 3 variants x 2 setups
+    assert "mlp: MLP 256-256-256-10" in printed and "bare: Linear(4, 2)" in printed and "16 batches of 2" in printed
 
 
 def test_the_compiled_step_benchmark_alternates_an_eager_and_a_compiled_trainer() -> None:

@@ -1,13 +1,17 @@
 """Trainer overhead: cadence's Trainer against a hand-written PyTorch loop, side by side.
 
-The same tiny MLP, data, optimizer and 2,000 batches of 32 on the CPU with one thread; the variants
-run interleaved, several times, and the median of each is reported with its cost per batch over the
-hand-written loop. Besides the plain Trainer: 10 idle methods (declared on a per-batch event, their
-``match`` says no, as a method outside its active window does) and 10 no-op methods matched on every
-event (``apply`` runs 13 times per batch each: the worst case for dispatch). Issue 13's target:
-<= 1.05x and <= 50 us per batch. Prints numbers; it is not a test.
+Two setups, each on the CPU with one thread: ``mlp`` (issue 13's figure) trains a tiny MLP on 2,000
+batches of 32 from a DataLoader; ``bare`` trains Linear(4, 2) on 4,000 batches of 2 from a list, so
+that the step itself costs almost nothing and what remains is the per-batch cost of the loop (the
+difference between the two loops is far less noisy there than on top of the MLP's millisecond). The
+variants run interleaved, several times, and the median of each is reported with its cost per batch
+over the hand-written loop. Besides the plain Trainer: 10 idle methods (declared on a per-batch event,
+their ``match`` says no, as a method outside its active window does) and 10 no-op methods matched on
+every event (``apply`` runs 13 times per batch each: the worst case for dispatch). Issue 13's target:
+<= 1.05x or <= 50 us per batch. Prints numbers; it is not a test.
 
     python -m cadence_harness.benchmarks.overhead [--batches 2000] [--repeats 5] [--clock wall|cpu]
+                                                  [--setups mlp,bare]
 
 ``--clock cpu`` times with the thread's CPU time: on a machine that other jobs share, it leaves out
 the time the benchmark waits for a core (everything here runs on one thread).
@@ -18,7 +22,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +35,7 @@ from cadence import Algorithm, Classifier, Event, Trainer
 from cadence.testing import NoOpAlgorithm
 from cadence_harness.benchmarks.machine import cpu_description
 
-IN_FEATURES, HIDDEN, CLASSES, BATCH = 256, 256, 10, 32
+IN_FEATURES, HIDDEN, CLASSES = 256, 256, 10
 TARGET_RATIO, TARGET_US = 1.05, 50.0
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
 
@@ -46,6 +52,18 @@ class IdleAlgorithm(Algorithm):
         return None
 
 
+@dataclass(frozen=True)
+class Setup:
+    """A model, its data and how many batches of what size: the same for both loops."""
+
+    title: str
+    model: Callable[[], nn.Module]
+    data: Callable[[int, int], Iterable[Any]]  # (batches, batch size) -> batches of (inputs, targets)
+    batch_size: int
+    classes: int
+    batches_scale: int = 1  # times --batches (the bare step is so short that it takes more to measure)
+
+
 def _mlp() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(
@@ -53,16 +71,36 @@ def _mlp() -> nn.Module:
     )
 
 
-def _loader(batches: int) -> DataLoader:
+def _tensors(batches: int, batch_size: int, features: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(batches * BATCH, IN_FEATURES, generator=generator)
-    y = torch.randint(0, CLASSES, (batches * BATCH,), generator=generator)
-    return DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=True)
+    x = torch.randn(batches * batch_size, features, generator=generator)
+    return x, torch.randint(0, classes, (batches * batch_size,), generator=generator)
 
 
-def raw_loop(batches: int, clock: Callable[[], float] = time.perf_counter) -> float:
+def _loader(batches: int, batch_size: int) -> DataLoader:
+    return DataLoader(TensorDataset(*_tensors(batches, batch_size, IN_FEATURES, CLASSES)), batch_size, shuffle=True)
+
+
+def _bare_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(4, 2)
+
+
+def _batch_list(batches: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    x, y = _tensors(batches, batch_size, 4, 2)
+    return list(zip(x.split(batch_size), y.split(batch_size)))
+
+
+_MLP_TITLE = f"MLP {IN_FEATURES}-{HIDDEN}-{HIDDEN}-{CLASSES} from a shuffling DataLoader"
+SETUPS = {
+    "mlp": Setup(_MLP_TITLE, _mlp, _loader, 32, CLASSES),
+    "bare": Setup("Linear(4, 2) from a list of batches (the loop's own cost)", _bare_model, _batch_list, 2, 2, 2),
+}
+
+
+def raw_loop(batches: int, clock: Callable[[], float] = time.perf_counter, setup: Setup = SETUPS["mlp"]) -> float:
     """The loop everyone writes by hand; returns seconds for the training loop alone."""
-    model, loader = _mlp(), _loader(batches)
+    model, loader = setup.model(), setup.data(batches, setup.batch_size)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model.train()
     start = clock()
@@ -75,13 +113,16 @@ def raw_loop(batches: int, clock: Callable[[], float] = time.perf_counter) -> fl
 
 
 def cadence_trainer(
-    batches: int, methods: Callable[[], list[Algorithm]] = list, clock: Callable[[], float] = time.perf_counter
+    batches: int,
+    methods: Callable[[], list[Algorithm]] = list,
+    clock: Callable[[], float] = time.perf_counter,
+    setup: Setup = SETUPS["mlp"],
 ) -> float:
     """The same run through cadence.Trainer; returns seconds for fit() alone (setup excluded)."""
-    model = Classifier(_mlp(), num_classes=CLASSES)
+    model = Classifier(setup.model(), num_classes=setup.classes)
     trainer = Trainer(
         model=model,
-        train_dataloader=_loader(batches),
+        train_dataloader=setup.data(batches, setup.batch_size),
         max_duration=f"{batches}ba",
         optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
         algorithms=methods(),
@@ -94,13 +135,17 @@ def cadence_trainer(
     return clock() - start
 
 
-def measure(batches: int = 2000, repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+def measure(
+    batches: int = 2000, repeats: int = 5, clock: Callable[[], float] = time.perf_counter, setup: Setup = SETUPS["mlp"]
+) -> dict[str, float]:
     variants: dict[str, Callable[[], float]] = {
-        "raw PyTorch loop": lambda: raw_loop(batches, clock),
-        "cadence Trainer": lambda: cadence_trainer(batches, clock=clock),
-        "+ 10 idle methods": lambda: cadence_trainer(batches, lambda: [IdleAlgorithm() for _ in range(10)], clock),
+        "raw PyTorch loop": lambda: raw_loop(batches, clock, setup),
+        "cadence Trainer": lambda: cadence_trainer(batches, clock=clock, setup=setup),
+        "+ 10 idle methods": lambda: cadence_trainer(
+            batches, lambda: [IdleAlgorithm() for _ in range(10)], clock, setup
+        ),
         "+ 10 no-op methods on every event": lambda: cadence_trainer(
-            batches, lambda: [NoOpAlgorithm() for _ in range(10)], clock
+            batches, lambda: [NoOpAlgorithm() for _ in range(10)], clock, setup
         ),
     }
     for run in variants.values():  # warm-up: first-call allocations and lazy imports
@@ -117,23 +162,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall")
+    parser.add_argument("--setups", default="mlp,bare", help=f"comma-separated, of {', '.join(SETUPS)}")
     args = parser.parse_args(argv)
+    names = [name.strip() for name in args.setups.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SETUPS]
+    if unknown or not names:
+        parser.error(f"--setups {args.setups!r}: unknown {unknown}; choose from {', '.join(SETUPS)}")
     torch.set_num_threads(1)
-    medians = measure(args.batches, args.repeats, CLOCKS[args.clock])
-    raw = medians["raw PyTorch loop"]
-    print(
-        f"Trainer overhead: MLP {IN_FEATURES}-{HIDDEN}-{HIDDEN}-{CLASSES}, {args.batches} batches of {BATCH}, "
-        f"CPU, 1 thread, {args.clock} clock, median of {args.repeats} interleaved runs (torch {torch.__version__})"
-    )
-    print(cpu_description())
-    print(f"{'variant':<36} {'seconds':>8} {'ms/batch':>9} {'vs raw':>7} {'us/batch over raw':>18}  target")
-    for name, seconds in medians.items():
-        extra_us = 1e6 * (seconds - raw) / args.batches
-        verdict = "" if name == "raw PyTorch loop" else _verdict(seconds / raw, extra_us)
-        print(
-            f"{name:<36} {seconds:8.3f} {1000 * seconds / args.batches:9.3f} {seconds / raw:6.3f}x "
-            f"{extra_us:18.1f}  {verdict}"
-        )
+    print(f"Trainer overhead: CPU, 1 thread, {args.clock} clock, median of {args.repeats} interleaved runs")
+    print(f"{cpu_description()}; torch {torch.__version__}")
+    for name in names:
+        setup = SETUPS[name]
+        batches = args.batches * setup.batches_scale
+        medians = measure(batches, args.repeats, CLOCKS[args.clock], setup)
+        raw = medians["raw PyTorch loop"]
+        print(f"\n{name}: {setup.title}, {batches} batches of {setup.batch_size}")
+        print(f"{'variant':<36} {'seconds':>8} {'ms/batch':>9} {'vs raw':>7} {'us/batch over raw':>18}  target")
+        for variant, seconds in medians.items():
+            extra_us = 1e6 * (seconds - raw) / batches
+            verdict = "" if variant == "raw PyTorch loop" else _verdict(seconds / raw, extra_us)
+            print(
+                f"{variant:<36} {seconds:8.3f} {1000 * seconds / batches:9.3f} {seconds / raw:6.3f}x "
+                f"{extra_us:18.1f}  {verdict}"
+            )
 
 
 def _verdict(ratio: float, extra_us: float) -> str:
