@@ -185,6 +185,7 @@ exclusive: []
 conflicts: []
 applicability: "image batches (N, C, H, W) on any device (scaffold: the models, data and batches it fits)"
 functional: [{fn}]
+claims: []  # what the paper or Composer reports (see method_cards/TEMPLATE.md); report --cards judges them
 ---
 
 # {cls}

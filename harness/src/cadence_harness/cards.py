@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cadence_harness.claims import claim_table, parse_claims
 from cadence_harness.recipe_checks import RecipeError
 from cadence_harness.report import ArmSummary, Section
 from cadence_harness.tables import describe, format_table, recipe_markdown, tradeoff_markdown
@@ -186,6 +187,9 @@ def write_cards(
                 f"{'its' if len(studies) == 1 else 'their'} committed runs with at least {min_seeds} seeds uses this "
                 "method."
             )
+        claims = parse_claims(front_matter(path), where=str(path))
+        if claims:
+            block += "\n\n" + claim_table(claims, eligible, method)
         text = path.read_text(encoding="utf-8")
         updated = replace_results(text, block, where=str(path))
         if updated != text:
