@@ -16,7 +16,6 @@ from cadence_harness.claims import (
     judge,
     parse_claims,
 )
-from cadence_harness.grid import expand
 from cadence_harness.recipe import Recipe
 from cadence_harness.report import Section, build_report
 
@@ -31,8 +30,9 @@ STUDY = Recipe(
     methods={"sharp": {}, "blunt": {}},
     grid={"arms": ["baseline", "each"]},
 )
-# (accuracy, seconds) by arm and budget: `sharp` is more accurate for the same cost (so it also reaches the
-# baseline's accuracy sooner); `blunt` is as accurate and half as costly at 1ep and 2ep, less accurate at 4ep
+# (accuracy, seconds) by arm and budget (conftest's `log_study` varies them by seed): `sharp` is more accurate
+# for the same cost (so it also reaches the baseline's accuracy sooner); `blunt` is as accurate and half as
+# costly at 1ep and 2ep, less accurate at 4ep
 KNOWN = {
     ("baseline", "1ep"): (0.60, 10.0),
     ("baseline", "2ep"): (0.70, 20.0),
@@ -47,12 +47,10 @@ KNOWN = {
 
 
 @pytest.fixture(scope="module")
-def section(tmp_path_factory: pytest.TempPathFactory, run_logger: Any) -> Section:
+def section(tmp_path_factory: pytest.TempPathFactory, study_logger: Any) -> Section:
     folder = tmp_path_factory.mktemp("claims")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
-    for spec in expand(STUDY):
-        accuracy, cost = KNOWN[(spec.arm_name, spec.recipe.duration)]
-        run_logger(uri, spec, accuracy + (0, 0.01, -0.01)[spec.seed], cost * (1 + 0.05 * spec.seed))
+    study_logger(uri, STUDY, KNOWN)
     (only,) = build_report(["claims"], tracking_uri=uri, out_dir=folder / "report", plots=False).sections
     return only
 

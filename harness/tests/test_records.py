@@ -30,7 +30,7 @@ STUDY = Recipe(
     methods={"fast": {}},
     grid={"arms": ["baseline", "each"]},
 )
-# (accuracy, cost) by arm and budget; seeds add 0, +0.01, -0.01 to the accuracy and 0, 5, 10 % to the cost
+# (accuracy, cost) by arm and budget, logged by conftest's `log_study` (which varies them by seed)
 KNOWN = {
     ("baseline", "1ep"): (0.60, 10.0),
     ("baseline", "2ep"): (0.70, 20.0),
@@ -41,17 +41,11 @@ KNOWN = {
 }
 
 
-def log_study(uri: str, log_run: Any) -> None:
-    for spec in expand(STUDY):
-        accuracy, cost = KNOWN[(spec.arm_name, spec.recipe.duration)]
-        log_run(uri, spec, accuracy + (0, 0.01, -0.01)[spec.seed], cost * (1 + 0.05 * spec.seed))
-
-
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory, run_logger: Any) -> tuple[str, Path]:
+def store(tmp_path_factory: pytest.TempPathFactory, study_logger: Any) -> tuple[str, Path]:
     folder = tmp_path_factory.mktemp("records")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
-    log_study(uri, run_logger)
+    study_logger(uri, STUDY, KNOWN)
     return uri, folder
 
 
