@@ -199,11 +199,9 @@ def write_cards(
 
 
 def _alone(section: Section, method: str) -> str:
-    curve = next((c for c in section.curves if c.arm == method and not c.cyclic), None) or next(
-        (c for c in section.curves if c.arm == method), None
-    )
+    curve = section.sweep_curve(method) or next((c for c in section.curves if c.arm == method), None)
     if section.has_tradeoff and curve is not None:
-        flops, time = (section.speedups.get((curve.curve_hash, u), []) for u in ("flops", "train_s"))
+        flops, time = (section.speedups_of(curve, u) for u in ("flops", "train_s"))
         return f"FLOPs: {verdict(flops)}; time: {verdict(time)} (n={curve.n})"
     for s in section.summaries:
         if s.arm == method:

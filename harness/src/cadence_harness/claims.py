@@ -121,8 +121,8 @@ def judge(claim: Claim, section: Section, method: str) -> Judgement:
         if all(r is not None and _above(r.low, 1) for _, r in ratios):
             return Judgement(REPRODUCED, text)
         return Judgement(NOT_REPRODUCED, text)
-    curve = next((c for c in section.curves if c.arm == method and not c.cyclic), None)
-    speedups = section.speedups.get((curve.curve_hash, claim.unit), []) if curve else []
+    curve = section.sweep_curve(method)
+    speedups = section.speedups_of(curve, claim.unit) if curve else []
     judged = [s for s in speedups if s.verdict != "unknown"]
     if not judged:
         return Judgement(NOT_REPRODUCED, f"no speedup at matched accuracy in {COSTS[claim.unit]} (needs 2 seeds)")

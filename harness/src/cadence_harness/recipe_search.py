@@ -197,7 +197,7 @@ def greedy_search(
 ) -> Search:
     """The greedy search over `section`'s curves; `conflict(methods)` names why methods cannot run together."""
     search = Search(section.experiment, unit)
-    base = next((c for c in section.curves if c.arm == "baseline" and not c.cyclic), None)
+    base = section.sweep_curve("baseline")
     if base is None:
         return search
     curves = _by_methods(section.curves)
@@ -206,7 +206,7 @@ def greedy_search(
         if len(methods) != 1:
             continue
         speedup = speedup_at_baseline_best(curve, base, unit)
-        worse = [s.budget for s in section.speedups.get((curve.curve_hash, unit), []) if s.verdict == "worse"]
+        worse = [s.budget for s in section.speedups_of(curve, unit) if s.verdict == "worse"]
         why = f"no: worse than the baseline at {', '.join(worse)}" if worse else ""
         search.singles.append((curve.arm, speedup, why))
         if not worse:

@@ -199,6 +199,14 @@ class Section:
     def baseline_curve(self, curve: Curve) -> Curve | None:
         return next((c for c in self.curves if c.curve_hash == curve.baseline_curve_hash), None)
 
+    def sweep_curve(self, arm: str) -> Curve | None:
+        """The arm's curve over its budgets (not its cyclic one), if the section has it."""
+        return next((c for c in self.curves if c.arm == arm and not c.cyclic), None)
+
+    def speedups_of(self, curve: Curve, unit: str) -> list[Speedup]:
+        """The curve's speedups at matched accuracy in `unit`, budget by budget (empty without a baseline)."""
+        return self.speedups.get((curve.curve_hash, unit), [])
+
 
 def _family_names(families: dict[str, list[ArmSummary]]) -> dict[str, str]:
     """A short name for each family of one experiment: the settings in which it differs from the others."""

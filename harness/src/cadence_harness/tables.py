@@ -166,7 +166,7 @@ def tradeoff_markdown(section: Section) -> str:
     ]
     verdicts = []
     for curve in section.curves:
-        speedups = {u: section.speedups.get((curve.curve_hash, u), []) for u in units}
+        speedups = {u: section.speedups_of(curve, u) for u in units}
         for j, budget in enumerate(curve.budgets):
             costs = [
                 curve.cost_interval(u, j).format(digits=1) if u != "flops" else _tflops(curve.cost_interval(u, j))
@@ -267,7 +267,7 @@ def write_tradeoff_csv(sections: Sequence[Section], path: Path) -> Path:
         for section in sections:
             for curve in section.curves:
                 for unit in (u for u in COSTS if u in curve.costs):
-                    speedups = section.speedups.get((curve.curve_hash, unit), [])
+                    speedups = section.speedups_of(curve, unit)
                     for j, budget in enumerate(curve.budgets):
                         s = speedups[j] if j < len(speedups) else None
                         value = s.value if s is not None and s.low is not None else None
