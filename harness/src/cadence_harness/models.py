@@ -124,16 +124,42 @@ class Normalize(nn.Module):
         return images
 
 
-def cifar_resnet(depth: int, num_classes: int = 10, in_channels: int = 3, width: int = 16) -> nn.Module:
-    """He et al.'s CIFAR ResNet: 3 stages of (depth-2)/6 basic blocks at width, 2x, 4x; 1x1 projection shortcuts."""
+NORMS = ("batchnorm", "groupnorm")
+
+
+def cifar_resnet(
+    depth: int,
+    num_classes: int = 10,
+    in_channels: int = 3,
+    width: int = 16,
+    norm: str = "batchnorm",
+    groups: int = 8,
+    dropout: float = 0.0,
+) -> nn.Module:
+    """He et al.'s CIFAR ResNet: 3 stages of (depth-2)/6 basic blocks at width, 2x, 4x; 1x1 projection shortcuts.
+
+    `norm` = "groupnorm" puts GroupNorm with `groups` groups (Wu & He, 2018) wherever BatchNorm
+    would be, and `dropout` > 0 a ``nn.Dropout`` before the classifier: the variant on which the
+    methods that replace those modules (low-precision GroupNorm, Gyro Dropout) have something to do.
+    """
     from torchvision.models.resnet import BasicBlock
 
     if (depth - 2) % 6:
         raise ValueError(f"depth={depth} must be 6n+2 (20, 32, 44, 56, 110)")
+    if norm not in NORMS:
+        raise ValueError(f"`norm` = {norm!r}: use one of {', '.join(map(repr, NORMS))}")
+    if norm == "groupnorm" and (not isinstance(groups, int) or groups < 1 or width % groups):
+        raise ValueError(f"`groups` = {groups!r} must be a positive divisor of `width` = {width} (GroupNorm)")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"`dropout` = {dropout!r} must be in [0, 1)")
+
+    def norm_layer(channels: int) -> nn.Module:
+        return nn.GroupNorm(groups, channels) if norm == "groupnorm" else nn.BatchNorm2d(channels)
+
     blocks = (depth - 2) // 6
     layers: list[nn.Module] = [
         nn.Conv2d(in_channels, width, 3, padding=1, bias=False),
-        nn.BatchNorm2d(width),
+        norm_layer(width),
         nn.ReLU(inplace=True),
     ]
     channels = width
@@ -142,10 +168,12 @@ def cifar_resnet(depth: int, num_classes: int = 10, in_channels: int = 3, width:
             stride = 2 if stage > 0 and index == 0 else 1
             downsample = None
             if stride != 1 or channels != out:
-                downsample = nn.Sequential(nn.Conv2d(channels, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
-            layers.append(BasicBlock(channels, out, stride=stride, downsample=downsample))
+                downsample = nn.Sequential(nn.Conv2d(channels, out, 1, stride=stride, bias=False), norm_layer(out))
+            layers.append(BasicBlock(channels, out, stride=stride, downsample=downsample, norm_layer=norm_layer))
             channels = out
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, num_classes)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    layers += [nn.Dropout(dropout)] if dropout else []
+    layers.append(nn.Linear(channels, num_classes))
     network = nn.Sequential(*layers)
     for module in network.modules():
         if isinstance(module, nn.Conv2d):
