@@ -12,11 +12,13 @@ from cadence_harness.tradeoff import Curve, matched_speedups
 COSTS = [1.0, 2.0, 4.0]
 
 
-def _curve(arm: str, accuracy: list[float], costs: list[float] = COSTS, jitter: float = 0.0) -> Curve:
-    seeds = [0, 1, 2]
+def _curve(
+    arm: str, accuracy: list[float], costs: list[float] = COSTS, jitter: float = 0.0, seeds: tuple[int, ...] = (0, 1, 2)
+) -> Curve:
     acc = np.array([[a + jitter * (s - 1) for a in accuracy] for s in seeds])
     cost = np.array([costs for _ in seeds])
-    return Curve(arm, f"h-{arm}", "h-baseline", "fam", False, ["1ep", "2ep", "4ep"], seeds, acc, {"flops": cost})
+    budgets = ["1ep", "2ep", "4ep"]
+    return Curve(arm, f"h-{arm}", "h-baseline", "fam", False, budgets, list(seeds), acc, {"flops": cost})
 
 
 BASE = [0.50, 0.60, 0.70]
@@ -81,8 +83,29 @@ def test_the_search_stops_when_no_candidate_improves() -> None:
 def test_candidates_not_run_yet_are_named_with_the_grid_command_that_runs_them() -> None:
     search = greedy_search(_section(_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75])), "flops")
     assert search.recipe == ("a",) and search.to_run == ["a+b"]
-    assert search.command() == "cadence-bench grid study --arms baseline --combination a+b --data-dir ../shared/data"
+    assert search.command() == (
+        "cadence-bench grid study --arms baseline --combination a+b --seeds 1 --data-dir ../shared/data"
+    )
     assert "waiting for the candidates not run yet" in search.markdown()
+    assert "once these run on seed 0 (screening)" in search.markdown()
+
+
+def test_a_round_is_screened_on_seed_0_and_its_leader_confirmed_on_every_seed() -> None:
+    singles = (_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75]), _curve("c", [0.55, 0.65, 0.75]))
+    lucky = _curve("a+b", [0.70, 0.75, 0.80], seeds=(0,))  # 4x on seed 0
+    steady = _curve("a+c", [0.65, 0.72, 0.80], seeds=(0,))  # less on seed 0
+    search = greedy_search(_section(*singles, lucky, steady), "flops")
+    assert search.recipe == ("a",) and search.rounds[0].confirming == "a+b" and search.to_run == ["a+b"]
+    assert search.command().endswith("--combination a+b --seeds 3 --data-dir ../shared/data")
+    assert "a+b leads on seed 0" in search.markdown() and "once these run on all 3 seeds" in search.markdown()
+    # on every seed a+b is no better than a alone (it was lucky on seed 0): a+c, the next, is confirmed in turn
+    confirmed_lucky = _curve("a+b", [0.60, 0.70, 0.75])
+    search = greedy_search(_section(*singles, confirmed_lucky, steady), "flops")
+    assert search.rounds[0].confirming == "a+c" and search.to_run == ["a+c"]
+    # once a+c has run every seed and still leads, it joins the recipe
+    search = greedy_search(_section(*singles, confirmed_lucky, _curve("a+c", [0.65, 0.72, 0.80])), "flops")
+    assert search.rounds[0].chosen == "a+c" and search.recipe == ("a", "c") and search.speedup is not None
+    assert search.speedup.n == 3 and search.to_run == ["a+c+b"] and not search.confirming
 
 
 def test_methods_that_cannot_run_together_are_not_candidates() -> None:

@@ -12,10 +12,16 @@ The search (`greedy_search`), over the records a study already holds:
 3. each round tries the recipe plus each other eligible method that can run with it; the best
    candidate replaces the recipe if its point estimate is larger, else the search stops.
 
-A round whose candidates have not all been run yet stops the search there and names them, with the
-``cadence-bench grid`` command that runs them (the grid appends them to the same records, and the
-next search continues where this one stopped). Nothing is extrapolated: a curve that never reaches
-the target gives only a bound, and such a candidate is never chosen.
+A round is screened on one seed, then confirmed: its candidates first run with seed 0 only (a
+round of a dozen candidates on every seed would cost a dozen single-method studies), and the
+leader, if it beats the recipe, runs on all the baseline's seeds before it joins the recipe. Its
+speed-up is then read again on every seed, so a candidate that led by luck falls back and the next
+one is confirmed in turn; a recipe is only ever judged on every seed, with its interval.
+
+A round whose runs are missing stops the search there and names them, with the ``cadence-bench
+grid`` command that runs them (the grid appends them to the same records, and the next search
+continues where this one stopped). Nothing is extrapolated: a curve that never reaches the target
+gives only a bound, and such a candidate is never chosen.
 """
 
 from __future__ import annotations
@@ -109,6 +115,7 @@ class Round:
     recipe: tuple[str, ...]
     tried: list[tuple[str, TargetSpeedup | None]]  # candidate arm -> its speedup (None: not run yet)
     chosen: str | None = None
+    confirming: str | None = None  # the leader on seed 0, waiting for its runs on every seed
 
 
 @dataclass
@@ -122,10 +129,13 @@ class Search:
     recipe: tuple[str, ...] = ()
     speedup: TargetSpeedup | None = None
     to_run: list[str] = field(default_factory=list)  # combinations the next round needs
+    seeds: int = 1  # the baseline's: a candidate joins the recipe only once it has run all of them
+    confirming: bool = False  # `to_run` is a leader to run on every seed, not candidates to screen
 
     def command(self) -> str:
         combos = " ".join(f"--combination {arm}" for arm in self.to_run)
-        return f"cadence-bench grid {self.study} --arms baseline {combos} --data-dir ../shared/data"
+        seeds = self.seeds if self.confirming else 1
+        return f"cadence-bench grid {self.study} --arms baseline {combos} --seeds {seeds} --data-dir ../shared/data"
 
     def markdown(self) -> str:
         unit = COSTS[self.unit]
@@ -139,17 +149,20 @@ class Search:
         for number, round_ in enumerate(self.rounds, 1):
             tried = "; ".join(f"{arm}: {s.format() if s else 'not run yet'}" for arm, s in round_.tried)
             waiting = any(speedup is None for _, speedup in round_.tried)
-            outcome = (
-                f"chose {round_.chosen}"
-                if round_.chosen
-                else ("waiting for the candidates not run yet" if waiting else "no candidate improves on it")
-            )
+            if round_.chosen:
+                outcome = f"chose {round_.chosen}"
+            elif round_.confirming:
+                outcome = f"{round_.confirming} leads on seed 0; it joins the recipe if it still does on all seeds"
+            else:
+                outcome = "waiting for the candidates not run yet" if waiting else "no candidate improves on it"
+
             lines += [
                 "",
                 f"Round {number}, from {'+'.join(round_.recipe)}: {tried or 'nothing left to add'}. {outcome}.",
             ]
         if self.to_run:
-            lines += ["", f"The search continues once these run: `{self.command()}`."]
+            what = f"on all {self.seeds} seeds" if self.confirming else "on seed 0 (screening)"
+            lines += ["", f"The search continues once these run {what}: `{self.command()}`."]
         if self.speedup is not None:
             verdict = "qualifies" if self.speedup.qualifies() else "does not qualify"
             lines += [
@@ -200,6 +213,7 @@ def greedy_search(
     base = section.sweep_curve("baseline")
     if base is None:
         return search
+    search.seeds = base.n
     curves = _by_methods(section.curves)
     eligible: list[tuple[str, TargetSpeedup | None]] = []
     for methods, curve in sorted(curves.items(), key=lambda item: item[1].arm):
@@ -231,6 +245,9 @@ def greedy_search(
             return search
         best = max(round_.tried, key=lambda item: _rank(item[1]), default=None)
         if best is None or _rank(best[1]) <= _rank(search.speedup):
+            return search
+        if best[1] is not None and best[1].n < base.n:  # the leader on fewer seeds: confirm it on all
+            round_.confirming, search.to_run, search.confirming = best[0], [best[0]], True
             return search
         round_.chosen = best[0]
         search.recipe, search.speedup = tuple(best[0].split("+")), best[1]
