@@ -168,3 +168,25 @@ def test_cards_from_several_studies_show_each_study_and_name_them_all(
         "the studies `vision`, `text` (method_cards/runs/vision.jsonl, method_cards/runs/text.jsonl)"
         in index.read_text()
     )
+
+
+def test_a_study_keeps_the_combinations_its_recipe_search_added_with_the_recipes_settings(
+    tmp_path: Path, tracking_uri: str, run_logger: Any, counted: list[int], tiny_recipe_file: Any
+) -> None:
+    """`grid STUDY --combination a+b` (what the recipe search asks for) runs arms outside the recipe's own
+    grid; with the recipe's settings they belong to the study, with other settings they do not."""
+    from cadence_harness.study import study_runs
+
+    path, recipe = _study(tmp_path, tiny_recipe_file)
+    added = load_recipe(path, grid={"arms": ["baseline"], "combinations": [["count", "label_smoothing"]]})
+    combination = [s for s in expand(added) if s.arm_name == "count+label_smoothing"]
+    assert len(combination) == 3 and not {s.config_hash for s in combination} & {s.config_hash for s in expand(recipe)}
+    for spec in [*expand(recipe), *combination[:1]]:  # the combination screened on seed 0
+        run_logger(tracking_uri, spec, 0.5, 10.0)
+    other = dataclasses.replace(combination[0].recipe, subset=4)  # the same arm with other settings
+    run_logger(tracking_uri, RunSpec(other, ("count", "label_smoothing"), 0), 0.9, 1.0)
+    export_runs(tracking_uri, "tiny", tmp_path / "runs" / "tiny.jsonl")
+    name, kept, note = study_runs(path, tmp_path / "runs")
+    assert name == "tiny" and "7 of the 8 runs" in note and "the other 1" in note
+    assert sorted({r.arm for r in kept}) == ["baseline", "count", "count+label_smoothing"]
+    assert [r.config_hash for r in kept if r.arm == "count+label_smoothing"] == [combination[0].config_hash]

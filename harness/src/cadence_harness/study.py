@@ -2,8 +2,10 @@
 
 The method cards are written only from a study (`cadence-bench report --study NAME --cards`). Its
 runs are the records in that file whose configuration belongs to the grid of the recipe of the same
-name; any other record there (a smoke run into the same experiment, a run of an older version of
-the recipe) is left out and counted, so a card never shows numbers the recipe did not produce.
+name, or to an arm added to that grid (``grid NAME --combination a+b``: the combinations the recipe
+search asks for), with the recipe's settings; any other record there (a smoke run into the same
+experiment, a run of an older version of the recipe) is left out and counted, so a card never shows
+numbers the recipe did not produce.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord
         )
     runs = [r for r in read_records([path]) if r.experiment == recipe.name]
     grid = {spec.config_hash for spec in expand(recipe)}
+    grid |= _added_arms(study, {r.arm for r in runs if r.config_hash not in grid})
     kept = [r for r in runs if r.config_hash in grid]
     note = f"study {recipe.name}: {len(kept)} of the {len(runs)} runs in {path} belong to the grid of its recipe"
     if len(kept) < len(runs):
@@ -51,3 +54,18 @@ def studies_runs(given: Sequence[str], records_dir: str | Path) -> tuple[list[st
         runs += kept
         notes.append(note)
     return names, runs, notes
+
+
+def _added_arms(study: str, arms: set[str]) -> set[str]:
+    """The config hashes of `arms` run with the recipe's settings, as ``grid STUDY --combination ARM`` runs
+    them; an arm the recipe cannot run (a method not installed here) adds nothing."""
+    from cadence_harness.grid import expand
+
+    hashes: set[str] = set()
+    for arm in sorted(arms):
+        try:
+            recipe = load_recipe(study, grid={"arms": ["baseline"], "combinations": [arm.split("+")]})
+        except RecipeError:
+            continue
+        hashes |= {spec.config_hash for spec in expand(recipe) if spec.arm_name == arm}
+    return hashes
