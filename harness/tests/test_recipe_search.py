@@ -121,3 +121,18 @@ def test_without_a_baseline_or_an_eligible_method_there_is_no_recipe() -> None:
     assert greedy_search(empty, "flops").recipe == ()
     worse = greedy_search(_section(_curve("c", [0.40, 0.50, 0.60])), "flops")
     assert worse.recipe == () and "No method is eligible alone" in worse.markdown()
+
+
+def test_a_candidate_that_never_reaches_the_target_is_not_chosen_even_with_a_higher_bound() -> None:
+    """Bounds are upper bounds ("< 1.3x"): a larger one says nothing about being faster. Seed noise keeps
+    the singles within noise (eligible) although their means stay below the baseline's best."""
+    short = _curve("a", [0.58, 0.66, 0.68], jitter=0.08)  # never reaches 0.70: the recipe starts from its bound
+    weaker = _curve("b", [0.52, 0.62, 0.67], jitter=0.08)
+    candidate = _curve("a+b", [0.60, 0.68, 0.69], jitter=0.08)  # closer, still below 0.70
+    search = greedy_search(_section(short, weaker, candidate), "flops")
+    assert [why for _, _, why in search.singles] == ["", ""]
+    assert search.recipe == ("a",) and search.speedup is not None and search.speedup.value is None
+    tried = dict(search.rounds[0].tried)["a+b"]
+    assert tried is not None and tried.value is None and tried.high > search.speedup.high  # a higher bound
+    assert search.rounds[0].chosen is None and search.rounds[0].confirming is None and not search.to_run
+    assert "no candidate improves on it" in search.markdown()

@@ -244,8 +244,8 @@ def greedy_search(
             search.to_run = missing
             return search
         best = max(round_.tried, key=lambda item: _rank(item[1]), default=None)
-        if best is None or _rank(best[1]) <= _rank(search.speedup):
-            return search
+        if best is None or best[1] is None or best[1].value is None or _rank(best[1]) <= _rank(search.speedup):
+            return search  # nothing better, or only a bound: a curve that never reaches the target never joins
         if best[1] is not None and best[1].n < base.n:  # the leader on fewer seeds: confirm it on all
             round_.confirming, search.to_run, search.confirming = best[0], [best[0]], True
             return search
