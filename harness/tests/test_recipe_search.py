@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -136,3 +140,54 @@ def test_a_candidate_that_never_reaches_the_target_is_not_chosen_even_with_a_hig
     assert tried is not None and tried.value is None and tried.high > search.speedup.high  # a higher bound
     assert search.rounds[0].chosen is None and search.rounds[0].confirming is None and not search.to_run
     assert "no candidate improves on it" in search.markdown()
+
+
+def test_the_index_runs_the_search_on_every_run_of_the_study_screened_ones_included(
+    tmp_path: Path, study_logger: Any, run_logger: Any
+) -> None:
+    """The cards show arms with 3 seeds only; the INDEX's search must still see the candidates it screened
+    on seed 0, or it would ask for them again forever."""
+    from cadence_harness.cards import write_index
+    from cadence_harness.grid import expand
+    from cadence_harness.recipe import Recipe
+    from cadence_harness.report import build_report
+
+    study = Recipe(
+        name="screened",
+        model="tv/resnet20",
+        data="digits",
+        duration="4ep",
+        durations=("1ep", "2ep", "4ep"),
+        schedule={"name": "cosine"},
+        seeds=(0, 1, 2),
+        methods={"sharp": {}, "flat": {}},
+        grid={"arms": ["baseline", "each"]},
+    )
+    base = {"1ep": (0.60, 10.0), "2ep": (0.70, 20.0), "4ep": (0.75, 40.0)}
+    sharp = {"1ep": (0.70, 10.0), "2ep": (0.76, 20.0), "4ep": (0.78, 40.0)}  # reaches 0.75 at about 1.6ep
+    known = {
+        (arm, b): v for arm, table in (("baseline", base), ("flat", base), ("sharp", sharp)) for b, v in table.items()
+    }
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study_logger(uri, study, known)
+    added = dataclasses.replace(study, grid={"arms": ["baseline"], "combinations": [["sharp", "flat"]]})
+    for spec in expand(added):
+        if spec.arm_name == "sharp+flat" and spec.seed == 0:  # screened: seed 0 only
+            run_logger(uri, spec, 0.80, {"1ep": 10.0, "2ep": 20.0, "4ep": 40.0}[spec.recipe.duration])
+    report = build_report(["screened"], tracking_uri=uri, out_dir=tmp_path / "report", plots=False)
+    (tmp_path / "methods").mkdir()
+    index = write_index(
+        report.summaries, methods_root=tmp_path / "methods", index_path=tmp_path / "INDEX.md", sections=report.sections
+    ).read_text()
+    assert "sharp+flat | 1 |" not in index  # its table rows need 3 seeds
+    # 80% from its shortest budget on: at least the baseline's cost to 75% over its shortest budget's
+    assert "Round 1, from sharp: sharp+flat: >= 4.00x (above 75.0% already at its shortest budget) (1 seed" in index
+    assert "sharp+flat: not run yet" not in index
+    assert "sharp+flat leads on seed 0; it joins the recipe if it still does on all seeds" in index
+
+
+def test_a_curve_above_the_target_from_its_shortest_budget_gives_a_lower_bound_that_can_qualify() -> None:
+    above = speedup_at_baseline_best(_curve("a", [0.72, 0.76, 0.80]), _curve("baseline", BASE), "flops")
+    assert above is not None and above.value is None and above.at_least == pytest.approx(4.0)
+    assert above.estimate == pytest.approx(4.0) and above.low == pytest.approx(4.0) and above.qualifies()
+    assert above.format() == ">= 4.00x (above 70.0% already at its shortest budget) [4.00, unbounded]"

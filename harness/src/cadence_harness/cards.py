@@ -222,7 +222,9 @@ def write_index(
     study: str | Sequence[str] | None = None,
 ) -> Path:
     """``method_cards/INDEX.md``: every card with its one-line summary and measured effect, then each study."""
-    eligible = eligible_sections(sections if sections is not None else _plain_sections(summaries), min_seeds)
+    given = sections if sections is not None else _plain_sections(summaries)
+    eligible = eligible_sections(given, min_seeds)
+    whole = {(s.experiment, s.family_hash): s for s in given}  # the recipe search screens arms on one seed
     index_dir = index_path.parent
     index_dir.mkdir(parents=True, exist_ok=True)
     for plot in plots:  # keep the plots next to the index
@@ -258,7 +260,7 @@ def write_index(
         if section.has_tradeoff:
             front = pareto_points(section.curves, "flops")
             lines += ["", "Pareto front (FLOPs): " + "; ".join(f"{a} at {b}" for a, b, _, _ in front)]
-            lines += ["", recipe_markdown(section)]
+            lines += ["", recipe_markdown(whole[(section.experiment, section.family_hash)])]
         if (index_dir / f"{prefix}-curves.png").is_file():
             lines += ["", f"![accuracy over training time]({prefix}-curves.png)"]
     index_path.write_text("\n".join(lines) + "\n", encoding="utf-8")

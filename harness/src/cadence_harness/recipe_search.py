@@ -56,14 +56,24 @@ class TargetSpeedup:
     unit: str
     n: int
     target: float  # the baseline's best mean accuracy
-    value: float | None  # None: the arm's mean curve never reaches the target (only a bound is known)
+    value: float | None  # None: only a bound is known (`at_least`, or `high` for a curve that never reaches it)
     low: float | None = None
     high: float | None = None
+    at_least: float | None = None  # the mean curve is above the target already at its shortest budget
+
+    @property
+    def estimate(self) -> float | None:
+        """The value, else the lower bound of a curve above the target from its shortest budget on."""
+        return self.value if self.value is not None else self.at_least
 
     def qualifies(self, ratio: float = QUALIFYING_SPEEDUP) -> bool:
-        return self.value is not None and self.value >= ratio and self.low is not None and self.low > 1
+        estimate = self.estimate
+        return estimate is not None and estimate >= ratio and self.low is not None and self.low > 1
 
     def format(self) -> str:
+        if self.value is None and self.at_least is not None:
+            interval = f" [{self.low:.2f}, unbounded]" if self.low is not None else f" ({self.n} seed: no interval)"
+            return f">= {self.at_least:.2f}x (above {self.target:.1%} already at its shortest budget){interval}"
         if self.value is None:
             return f"does not reach {self.target:.1%}" + (f" (< {self.high:.2f}x)" if self.high else "")
         if self.low is None or self.high is None:
@@ -98,8 +108,10 @@ def speedup_at_baseline_best(
     target = float(b_acc.mean(0).max())
     low, high = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
     value = math.exp(low) if low == high else None
+    at_least = math.exp(low) if value is None and math.isinf(high) else None
     if len(a_acc) < 2:
-        return TargetSpeedup(arm.arm, unit, 1, target, value, None, None if value else math.exp(high))
+        bound = None if value or at_least else math.exp(high)
+        return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least)
     interval = bootstrap_interval(
         lambda r: _ratio(b_cost[r].mean(0), b_acc[r].mean(0), a_cost[r].mean(0), a_acc[r].mean(0)),
         len(a_acc),
@@ -107,7 +119,7 @@ def speedup_at_baseline_best(
         resamples,
         seed,
     )
-    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, *interval)
+    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, *interval, at_least=at_least)
 
 
 @dataclass
@@ -172,7 +184,7 @@ class Search:
             ]
         else:
             lines += ["", "No method is eligible alone, so there is no recipe to grow."]
-        if self.speedup is not None and self.speedup.value is None:
+        if self.speedup is not None and self.speedup.estimate is None:
             lines[-1] += " Its curve does not reach the baseline's best accuracy: only a bound is known."
         return "\n".join(lines)
 
@@ -197,12 +209,13 @@ def _by_methods(curves: Sequence[Curve]) -> dict[frozenset[str], Curve]:
 
 
 def _rank(speedup: TargetSpeedup | None) -> tuple[int, float, float]:
-    """Curves that reach the target first (by speedup, then its interval's low end), then by their bound."""
+    """Curves that reach the target first (by speedup, or the lower bound of one above it from its shortest
+    budget on; then by its interval's low end), then those that never reach it, by their upper bound."""
     if speedup is None:
         return (-1, -math.inf, -math.inf)
-    if speedup.value is None:
+    if speedup.estimate is None:
         return (0, speedup.high if speedup.high is not None else -math.inf, -math.inf)
-    return (1, speedup.value, speedup.low if speedup.low is not None else -math.inf)
+    return (1, speedup.estimate, speedup.low if speedup.low is not None else -math.inf)
 
 
 def greedy_search(
@@ -244,7 +257,7 @@ def greedy_search(
             search.to_run = missing
             return search
         best = max(round_.tried, key=lambda item: _rank(item[1]), default=None)
-        if best is None or best[1] is None or best[1].value is None or _rank(best[1]) <= _rank(search.speedup):
+        if best is None or best[1] is None or best[1].estimate is None or _rank(best[1]) <= _rank(search.speedup):
             return search  # nothing better, or only a bound: a curve that never reaches the target never joins
         if best[1] is not None and best[1].n < base.n:  # the leader on fewer seeds: confirm it on all
             round_.confirming, search.to_run, search.confirming = best[0], [best[0]], True
