@@ -4,6 +4,7 @@ GroupNorm have modules to replace, so that a study can measure them."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +15,10 @@ from torch import nn
 from cadence.algorithm import NotApplicableError
 from cadence.ops import NoEffectWarning
 from cadence_harness.models import cifar_resnet
+from cadence_harness.report import build_report
 from cadence_harness.run import execute
 from cadence_harness.runspec import RunSpec
+from cadence_harness.tables import describe
 
 
 def _count(network: nn.Module, kind: type[nn.Module]) -> int:
@@ -65,7 +68,7 @@ def _run(tracking_uri: str, recipe: Any, methods: tuple[str, ...]) -> tuple[Any,
 
 
 def test_gyro_dropout_and_low_precision_groupnorm_find_their_modules_on_the_variant(
-    tracking_uri: str, tiny_recipe: Any
+    tracking_uri: str, tiny_recipe: Any, tmp_path: Path
 ) -> None:
     variant = {"norm": "groupnorm", "dropout": 0.5}
     gyro = {"gyro_dropout": {"sigma": 4, "tau": 2}}
@@ -78,3 +81,7 @@ def test_gyro_dropout_and_low_precision_groupnorm_find_their_modules_on_the_vari
     assert silent == ["GyroDropout"]
     with pytest.raises(NotApplicableError, match=r"LowPrecisionGroupNorm replaces torch\.nn\.GroupNorm layers"):
         _run(tracking_uri, tiny_recipe(precision="amp_bf16"), ("low_precision_groupnorm",))
+    # a report names the variant, so that it never reads as the stock model
+    sections = build_report(["tiny"], tracking_uri=tracking_uri, out_dir=tmp_path, plots=False).sections
+    headers = sorted(describe(section.summaries).split(" on ")[0] for section in sections)
+    assert headers == ["tv/resnet20", "tv/resnet20 (dropout=0.5, norm=groupnorm)"]

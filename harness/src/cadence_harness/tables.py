@@ -56,6 +56,7 @@ def describe(summaries: Sequence[ArmSummary]) -> str:
 
     model, data, subset = one("model") or "(several models)", one("data") or "(several datasets)", one("subset")
     samples = "texts" if model.startswith("hf/") else "images"
+    model += _model_kwargs(summaries)
     what = f"{model} on {data}" + (f" (first {subset} training {samples})" if subset not in (None, "None") else "")
     durations = sorted(_merged(summaries, "duration"), key=_budget_order)
     budget = one("duration")
@@ -74,6 +75,19 @@ def describe(summaries: Sequence[ArmSummary]) -> str:
     if len(targets) == 1 and None not in targets:
         parts.append(f"target accuracy {next(iter(targets)):.0%}")
     return "; ".join(parts)
+
+
+def _model_kwargs(summaries: Sequence[ArmSummary]) -> str:
+    """`` (norm=groupnorm, dropout=0.5)``: the recipe's `model_kwargs` when every run shares them (a variant
+    of the named model must not read as the stock one), else ``""``."""
+    prefix = "model_kwargs."
+
+    def kwargs_of(summary: ArmSummary) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((k.removeprefix(prefix), v) for k, v in summary.params.items() if k.startswith(prefix)))
+
+    shared = {kwargs_of(s) for s in summaries}
+    kwargs = next(iter(shared)) if len(shared) == 1 else ()
+    return f" ({', '.join(f'{k}={v}' for k, v in kwargs)})" if kwargs else ""
 
 
 def _ratio(interval: Interval | None) -> str:
