@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import warnings
 
@@ -233,8 +234,10 @@ def test_gpt2_with_a_kv_cache_matches_the_full_forward(implementation: str) -> N
         full = model(input_ids=input_ids).logits
         out = model(input_ids=input_ids[:, :8], use_cache=True)
         steps = [out.logits]
+        # transformers 5.24 renamed `past_key_values` (argument and output) to `cache`
+        name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         for t in range(8, 12):
-            out = model(input_ids=input_ids[:, t : t + 1], past_key_values=out.past_key_values, use_cache=True)
+            out = model(input_ids=input_ids[:, t : t + 1], **{name: getattr(out, name)}, use_cache=True)
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
 

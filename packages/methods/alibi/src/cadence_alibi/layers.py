@@ -122,8 +122,9 @@ class AlibiAttention(nn.Module):
         return self.attention(hidden_states, **kwargs)
 
     def _cached(self, kwargs: dict[str, Any]) -> int:
-        """Tokens this layer's KV cache already holds (0 without a cache)."""
-        cache = kwargs.get("past_key_values")
+        """Tokens this layer's KV cache already holds (0 without a cache). transformers 5.24 renamed the
+        layers' ``past_key_values`` argument to ``cache``; both are read."""
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
         if cache is None or not hasattr(cache, "get_seq_length"):
             return 0
         return int(cache.get_seq_length(getattr(self.attention, "layer_idx", None) or 0))
