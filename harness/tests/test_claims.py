@@ -79,6 +79,21 @@ def test_speedup_and_cost_claims_read_the_matched_speedups_and_the_ratios(sectio
     assert sharp_cost.verdict == NOT_REPRODUCED and "training time ratio 1ep 1.00" in sharp_cost.reason
 
 
+def test_a_claimed_factor_must_be_inside_the_interval_not_only_a_speedup(section: Section) -> None:
+    modest, bold, cheap, cheaper = claims(
+        {"claim": "1.2x faster", "source": "README", "expects": "speedup", "size": 1.2},
+        {"claim": "3x faster", "source": "README", "expects": "speedup", "size": 3},
+        {"claim": "1.5x cheaper", "source": "README", "expects": "cost", "unit": "train_s", "size": 1.5},
+        {"claim": "3x cheaper", "source": "README", "expects": "cost", "unit": "train_s", "size": 3},
+    )
+    assert judge(modest, section, "sharp").verdict == REPRODUCED  # about 1.5x at 1ep and 2ep
+    far = judge(bold, section, "sharp")
+    assert far.verdict == NOT_REPRODUCED and far.reason.endswith(": faster, but not by the claimed 3x")
+    assert judge(cheap, section, "blunt").verdict == REPRODUCED  # half the training time: 2x
+    half = judge(cheaper, section, "blunt")
+    assert half.verdict == NOT_REPRODUCED and half.reason.endswith(": cheaper, but not by the claimed 3x")
+
+
 def test_a_claim_this_study_cannot_test_is_not_applicable_with_its_reason(section: Section) -> None:
     gpu, other = claims(
         {"claim": "tensor cores", "source": "card", "expects": "speedup", "not_here": "needs a GPU"},
@@ -100,6 +115,10 @@ def test_malformed_claims_are_refused_naming_the_card() -> None:
         claims({"claim": "x", "expects": "accuracy", "budget": "4ep"})
     with pytest.raises(ValueError, match=r"claims\[0\].unit='hours'"):
         claims({"claim": "x", "source": "y", "expects": "cost", "unit": "hours"})
+    with pytest.raises(ValueError, match=r"claims\[0\].size=0.5 must be a factor >= 1, e.g. 1.5"):
+        claims({"claim": "x", "source": "y", "expects": "speedup", "size": 0.5})
+    with pytest.raises(ValueError, match=r"claims\[0\].size is for speedup and cost claims, not accuracy"):
+        claims({"claim": "x", "source": "y", "expects": "accuracy", "size": 1.5})
 
 
 def test_every_card_in_the_repository_has_well_formed_claims() -> None:

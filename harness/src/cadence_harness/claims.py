@@ -14,6 +14,10 @@ A card lists its claims in its front matter, each with what it expects of the me
         source: "..."
         expects: speedup
         not_here: "tensor cores: this study runs on a CPU"   # then: not applicable at this scale
+      - claim: "1.5x faster time-to-train"
+        source: "..."
+        expects: speedup
+        size: 1.5             # the claimed factor: the interval must lie above it, not only above 1
 
 A claim is judged on the method's own arm of each study section:
 
@@ -24,12 +28,16 @@ A claim is judged on the method's own arm of each study section:
 * ``cost``: the baseline's cost over the arm's at the same budget (FLOPs, or time with `unit`);
   reproduced when its interval lies above 1 at every budget.
 
+A speedup or cost claim that states a factor gives it as ``size``: then the interval must lie above
+the factor, and one that lies above 1 only is *not reproduced*, "faster, but not by the claimed 1.5x".
+
 Anything else is *not reproduced*, and the reason gives the numbers (within noise, or worse). A
 claim with `not_here`, or a method the section did not measure, is *not applicable at this scale*.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +59,7 @@ class Claim:
     expects: str
     unit: str = "flops"
     not_here: str = ""
+    size: float = 1.0  # the factor a speedup or cost claim states (1: any speed-up)
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,7 @@ def parse_claims(front: Mapping[str, Any], where: str) -> list[Claim]:
     for index, entry in enumerate(claims):
         if not isinstance(entry, Mapping):
             raise ValueError(f"{where}: claims[{index}] must be a mapping with claim, source and expects")
-        unknown = sorted(set(entry) - {"claim", "source", "expects", "unit", "not_here"})
+        unknown = sorted(set(entry) - {"claim", "source", "expects", "unit", "not_here", "size"})
         missing = [key for key in ("claim", "source", "expects") if not entry.get(key)]
         if unknown or missing:
             raise ValueError(f"{where}: claims[{index}] has unknown keys {unknown} / lacks {missing}")
@@ -77,9 +86,13 @@ def parse_claims(front: Mapping[str, Any], where: str) -> list[Claim]:
         unit = entry.get("unit", "flops")
         if unit not in COSTS:
             raise ValueError(f"{where}: claims[{index}].unit={unit!r}; use one of {tuple(COSTS)}")
-        parsed.append(
-            Claim(str(entry["claim"]), str(entry["source"]), entry["expects"], unit, entry.get("not_here", ""))
-        )
+        size = entry.get("size", 1.0)
+        if entry["expects"] == "accuracy" and "size" in entry:
+            raise ValueError(f"{where}: claims[{index}].size is for speedup and cost claims, not accuracy")
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not size >= 1:
+            raise ValueError(f"{where}: claims[{index}].size={size!r} must be a factor >= 1, e.g. 1.5 for '1.5x'")
+        claim = Claim(str(entry["claim"]), str(entry["source"]), entry["expects"], unit, entry.get("not_here", ""))
+        parsed.append(dataclasses.replace(claim, size=float(size)))
     return parsed
 
 
@@ -118,8 +131,10 @@ def judge(claim: Claim, section: Section, method: str) -> Judgement:
         text = f"{COSTS[claim.unit]} ratio " + ", ".join(
             f"{label} {r.format(digits=2, suffix='x') if r else 'n/a'}" for label, r in ratios
         )
-        if all(r is not None and _above(r.low, 1) for _, r in ratios):
+        if all(r is not None and _above(r.low, claim.size) for _, r in ratios):
             return Judgement(REPRODUCED, text)
+        if all(r is not None and _above(r.low, 1) for _, r in ratios):
+            return Judgement(NOT_REPRODUCED, text + f": cheaper, but not by the claimed {claim.size:g}x")
         return Judgement(NOT_REPRODUCED, text)
     curve = section.sweep_curve(method)
     speedups = section.speedups_of(curve, claim.unit) if curve else []
@@ -131,8 +146,10 @@ def judge(claim: Claim, section: Section, method: str) -> Judgement:
     )
     better = [s for s in judged if s.verdict == "better"]
     worse = [s for s in judged if s.verdict == "worse"]
-    if better and not worse:
+    if better and not worse and any(_above(s.low, claim.size) for s in better):
         return Judgement(REPRODUCED, text)
+    if better and not worse:
+        return Judgement(NOT_REPRODUCED, text + f": faster, but not by the claimed {claim.size:g}x")
     return Judgement(NOT_REPRODUCED, text)
 
 
