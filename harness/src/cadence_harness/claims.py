@@ -37,7 +37,6 @@ claim with `not_here`, or a method the section did not measure, is *not applicab
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +90,8 @@ def parse_claims(front: Mapping[str, Any], where: str) -> list[Claim]:
             raise ValueError(f"{where}: claims[{index}].size is for speedup and cost claims, not accuracy")
         if isinstance(size, bool) or not isinstance(size, (int, float)) or not size >= 1:
             raise ValueError(f"{where}: claims[{index}].size={size!r} must be a factor >= 1, e.g. 1.5 for '1.5x'")
-        claim = Claim(str(entry["claim"]), str(entry["source"]), entry["expects"], unit, entry.get("not_here", ""))
-        parsed.append(dataclasses.replace(claim, size=float(size)))
+        not_here = entry.get("not_here", "")
+        parsed.append(Claim(str(entry["claim"]), str(entry["source"]), entry["expects"], unit, not_here, float(size)))
     return parsed
 
 

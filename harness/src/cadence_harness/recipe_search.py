@@ -110,7 +110,7 @@ def speedup_at_baseline_best(
     value = math.exp(low) if low == high else None
     at_least = math.exp(low) if value is None and math.isinf(high) else None
     if len(a_acc) < 2:
-        bound = None if value or at_least else math.exp(high)
+        bound = math.exp(high) if value is None and at_least is None else None
         return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least)
     interval = bootstrap_interval(
         lambda r: _ratio(b_cost[r].mean(0), b_acc[r].mean(0), a_cost[r].mean(0), a_acc[r].mean(0)),
@@ -259,7 +259,7 @@ def greedy_search(
         best = max(round_.tried, key=lambda item: _rank(item[1]), default=None)
         if best is None or best[1] is None or best[1].estimate is None or _rank(best[1]) <= _rank(search.speedup):
             return search  # nothing better, or only a bound: a curve that never reaches the target never joins
-        if best[1] is not None and best[1].n < base.n:  # the leader on fewer seeds: confirm it on all
+        if best[1].n < base.n:  # the leader on fewer seeds: confirm it on all
             round_.confirming, search.to_run, search.confirming = best[0], [best[0]], True
             return search
         round_.chosen = best[0]
