@@ -31,3 +31,15 @@ def test_the_pil_reference_follows_composer_on_uint8_batches() -> None:
         assert out.shape == images.shape and out.dtype == torch.uint8 and torch.equal(out, again)
         assert not torch.equal(out, images)
     assert len(augment._pil_operations()) == 13
+
+
+def test_a_cost_line_splits_per_call_from_per_sample_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    assert augment._line((8, 64, 256), (1.0 + 8 * 0.02, 1.0 + 64 * 0.02, 1.0 + 256 * 0.02)) == pytest.approx(
+        (1.0, 0.02)
+    )
+    lines = augment.cost_lines(repeats=1, sizes=(1, 2, 4), image=(3, 8, 8), clock="cpu")
+    assert [method for method, *_ in lines] == ["randaugment", "augmix"]
+    assert all(per_sample > 0 for _, (fixed, per_sample), _ in lines)
+    augment.print_cost_lines(lines, (1, 2, 4))
+    printed = capsys.readouterr().out
+    assert "per call" in printed and printed.count("µs per sample") >= 2

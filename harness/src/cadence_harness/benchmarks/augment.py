@@ -13,7 +13,10 @@ For RandAugment and AugMix (default hyperparameters) on a uint8 batch, three way
 
 Targets (issue 13): batched >= 10x faster than PIL per-image at 64x3x32x32, and never slower than the
 own loop at 16x3x224x224. All run in this process, interleaved: a warm-up, then the median of the
-repeats. Then the per-batch cost of the other batch augmentations on 64x3x32x32 float images.
+repeats. Then where the batched time goes: a line through its costs at 8, 64 and 256 images of 32x32
+splits it into a cost per call and a cost per sample; against PIL's cost per sample, the latter bounds
+the ratio to PIL at any batch size. Then the per-batch cost of the other batch augmentations on
+64x3x32x32 float images.
 Prints numbers and pass/fail marks; it is not a test and asserts nothing on time.
 
     python -m cadence_harness.benchmarks.augment [--repeats 7] [--clock wall|cpu]
@@ -41,6 +44,7 @@ REPEATS = 7
 METHOD_SHAPE = (64, 3, 32, 32)
 PIL_TARGET = (SHAPES[0], 10.0)  # batched >= 10x PIL per-image at this shape
 LOOP_TARGET = (SHAPES[1], 1.0)  # batched >= 1x the own loop at this shape
+SCALING_SIZES, SCALING_IMAGE = (8, 64, 256), (3, 32, 32)  # batch sizes of the cost lines, and their image
 
 
 # Composer's per-image path, after composer/algorithms/utils/augmentation_primitives.py -------------
@@ -211,6 +215,56 @@ def method_costs(repeats: int = REPEATS, clock: str = "wall") -> list[tuple[str,
     return rows
 
 
+def _line(sizes: Sequence[int], costs: Sequence[float]) -> tuple[float, float]:
+    """Least-squares (per-call cost, per-sample cost) of costs measured at batch sizes `sizes`."""
+    mean_n, mean_cost = statistics.fmean(sizes), statistics.fmean(costs)
+    slope = sum((n - mean_n) * (c - mean_cost) for n, c in zip(sizes, costs)) / sum((n - mean_n) ** 2 for n in sizes)
+    return mean_cost - slope * mean_n, slope
+
+
+def cost_lines(
+    repeats: int = REPEATS,
+    sizes: Sequence[int] = SCALING_SIZES,
+    image: Sequence[int] = SCALING_IMAGE,
+    clock: str = "wall",
+) -> list[tuple[str, tuple[float, float], tuple[float, float] | None]]:
+    """(method, batched (ms per call, µs per sample), PIL per-image likewise or None) from a line through
+    the costs at batch sizes `sizes`. The per-sample parts bound what batching can buy: however large
+    the batch, the batched path beats PIL by at most their ratio."""
+    lines = []
+    for method in ("randaugment", "augmix"):
+        batched, pil = _function(f"{method}_batch"), pil_per_image(method)
+        if batched is None:
+            continue
+        costs: dict[str, list[float]] = {"batched": [], "pil": []}
+        for n in sizes:
+            images, generator = _images((n, *image), torch.uint8), torch.Generator().manual_seed(0)
+            calls = {"batched": lambda f=batched, x=images, g=generator: f(x, generator=g)}
+            if pil is not None:
+                import numpy as np
+
+                rng = np.random.RandomState(0)
+                calls["pil"] = lambda f=pil, x=images, r=rng: f(x, r)
+            for name, cost in _median_ms(calls, repeats, clock).items():
+                costs[name].append(cost)
+        fixed, per_sample = _line(sizes, costs["batched"])
+        pil_line = _line(sizes, costs["pil"]) if costs["pil"] else None
+        lines.append((method, (fixed, per_sample * 1e3), pil_line and (pil_line[0], pil_line[1] * 1e3)))
+    return lines
+
+
+def print_cost_lines(
+    lines: list[tuple[str, tuple[float, float], tuple[float, float] | None]], sizes: Sequence[int]
+) -> None:
+    shape = "x".join(map(str, SCALING_IMAGE))
+    print(f"\nwhere the batched time goes, {shape} uint8 (a line through N = {', '.join(map(str, sizes))}):")
+    for method, (fixed, per_sample), pil in lines:
+        text = f"{method:<12} batched {fixed:5.2f} ms per call + {per_sample:6.1f} µs per sample"
+        if pil is not None:
+            text += f"; PIL {pil[1]:6.1f} µs per sample: at most {pil[1] / per_sample:.1f}x at any batch size"
+        print(text)
+
+
 def _target(shape: str, pil: float | None, loop: float, batched: float) -> str:
     """The target this row is held to, and whether it is met."""
     for (target_shape, ratio), reference, name in ((PIL_TARGET, pil, "PIL"), (LOOP_TARGET, loop, "loop")):
@@ -246,6 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread; {clock}, median of {args.repeats} ", end="")
     print("interleaved repeats after a warm-up\n")
     print_table(batched_vs_per_image(args.repeats, clock=args.clock))
+    print_cost_lines(cost_lines(args.repeats, clock=args.clock), SCALING_SIZES)
     print(f"\nper-batch cost on {'x'.join(map(str, METHOD_SHAPE))} float32 images")
     for name, cost in method_costs(args.repeats, args.clock):
         print(f"{name:<14} {'not installed' if cost is None else f'{cost:.3f} ms':>14}")
