@@ -112,6 +112,20 @@ def test_a_round_is_screened_on_seed_0_and_its_leader_confirmed_on_every_seed() 
     assert search.speedup.n == 3 and search.to_run == ["a+c+b"] and not search.confirming
 
 
+def test_a_candidate_screened_under_another_spelling_is_confirmed_under_that_spelling() -> None:
+    """The FLOPs search may screen b+a while the time search, growing from b, asks for a+b: the same methods.
+    The leader is confirmed as it was screened, and of two spellings the curve on more seeds counts, or
+    the confirmation would run again under the other name and never be seen."""
+    singles = (_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75]))
+    screened = _curve("b+a", [0.70, 0.75, 0.80], seeds=(0,))
+    search = greedy_search(_section(*singles, screened), "flops")
+    assert search.rounds[0].confirming == "b+a" and search.to_run == ["b+a"] and search.confirming
+    confirmed = greedy_search(_section(*singles, screened, _curve("a+b", [0.70, 0.75, 0.80])), "flops")
+    assert confirmed.rounds[0].chosen == "a+b" and confirmed.speedup is not None and confirmed.speedup.n == 3
+    both_orders = greedy_search(_section(*singles, _curve("a+b", [0.70, 0.75, 0.80]), screened), "flops")
+    assert both_orders.rounds[0].chosen == "a+b"  # whichever comes first in the section
+
+
 def test_methods_that_cannot_run_together_are_not_candidates() -> None:
     section = _section(_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75]))
     search = greedy_search(

@@ -22,6 +22,7 @@ from cadence_harness.records import RecordError
 
 __all__ = ["main"]
 
+TRACKING_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
 RECORDS_HELP = (
     "folder of run records <experiment>.jsonl (default: $CADENCE_RECORDS, else the repository's method_cards/runs, "
     "else ./method_cards/runs)"
@@ -128,6 +129,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
     from cadence_harness.grid import expand, parse_shard, run_grid, select_shard
     from cadence_harness.preflight import require_device
 
+    if args.search:
+        return _search(args)
     recipe = _grid_recipe(args)
     shard = parse_shard(args.shard)
     if args.dry_run or args.estimate:
@@ -161,6 +164,21 @@ def cmd_grid(args: argparse.Namespace) -> int:
     for spec, reason in result.failed:
         print(f"FAILED {spec.run_name}: {reason.strip().splitlines()[-1] if reason.strip() else reason}")
     return 1 if result.failed else 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    """``grid STUDY --search``: the runs the study's recipe search waits for, round after round."""
+    from cadence_harness.grid import run_grid
+    from cadence_harness.search_grid import run_search
+
+    given = [f for f in ("methods", "arms", "combination", "set", "estimate", "no_records") if getattr(args, f)]
+    given += [*_flag_overrides(args), *(["shard"] if args.shard != "1/1" else [])]
+    if given:
+        drop = ", ".join(f"--{flag.replace('_', '-')}" for flag in given)
+        raise RecipeError(f"`--search` runs what the search asks for with the study's own settings; drop {drop}")
+    options = {"tracking_uri": args.tracking_uri, "log_dir": args.log_dir, "data_dir": args.data_dir, "jobs": args.jobs}
+    options |= {"download": args.download, "timeout_s": args.timeout, "command": _command()}
+    return run_search(args.recipe, records_dir=_records_dir(args), run_grid=run_grid, dry_run=args.dry_run, **options)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -229,37 +247,18 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """One run of a grid (invoked by `run_grid` in a fresh process); exit 3 means out of memory."""
-    from cadence.loggers import failure_kind
-    from cadence_harness.grid import OOM_EXIT_CODE
-    from cadence_harness.run import execute
-    from cadence_harness.runspec import RunSpec
+    from cadence_harness.grid import run_worker
 
-    spec = RunSpec.from_json(Path(args.spec).read_text())
     tags = dict(pair.split("=", 1) for pair in args.tag)
-    try:
-        execute(
-            spec,
-            tracking_uri=args.tracking_uri,
-            data_dir=args.data_dir,
-            download=args.download,
-            progress_bar=False,
-            tags=tags,
-            run_id_file=args.run_id_file,
-            microbatch_size=args.microbatch_size,
-        )
-    except Exception as error:
-        import traceback
-
-        traceback.print_exc()
-        return OOM_EXIT_CODE if failure_kind(error) == "oom" else 1
-    return 0
+    options = {"data_dir": args.data_dir, "download": args.download, "microbatch_size": args.microbatch_size}
+    return run_worker(
+        Path(args.spec), tracking_uri=args.tracking_uri, tags=tags, run_id_file=args.run_id_file, **options
+    )
 
 
 # Parser ----------------------------------------------------------------------------------
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
-    )
+    parser.add_argument("--tracking-uri", help=TRACKING_HELP)
     parser.add_argument("--data-dir", help="folder holding the dataset files (also: $CADENCE_DATA)")
     parser.add_argument("--download", action="store_true", help="let torchvision download a dataset not found locally")
 
@@ -330,6 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--records", help="import the runs recorded here before starting, append each finished run; " + RECORDS_HELP
     )
     grid.add_argument("--no-records", action="store_true", help="neither import nor write run records")
+    grid.add_argument(
+        "--search",
+        action="store_true",
+        help="run the combinations the study's recipe search waits for, round after round, until it ends "
+        "(with --dry-run: name the next ones); see harness/README.md",
+    )
     _recipe_flags(grid)
     _common(grid)
     grid.set_defaults(func=cmd_grid)
@@ -353,9 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--min-seeds", type=int, default=3, help="arms with fewer seeds stay out of the cards")
     report.add_argument("--methods-root", help=argparse.SUPPRESS)
     report.add_argument("--index", help=argparse.SUPPRESS)
-    report.add_argument(
-        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
-    )
+    report.add_argument("--tracking-uri", help=TRACKING_HELP)
     report.set_defaults(func=cmd_report)
 
     demo = commands.add_parser("demo", help="a small CPU comparison on real data, in a few minutes")
@@ -367,9 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="append an experiment's finished MLflow runs to its run records")
     export.add_argument("experiment")
     export.add_argument("--records", help=RECORDS_HELP)
-    export.add_argument(
-        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
-    )
+    export.add_argument("--tracking-uri", help=TRACKING_HELP)
     export.set_defaults(func=cmd_export)
 
     methods = commands.add_parser("methods", help="list the installed methods and their hyperparameters")

@@ -144,6 +144,41 @@ def _worker_command(spec_file: Path, uri: str, id_file: Path, options: dict[str,
     return command
 
 
+def run_worker(
+    spec_file: Path,
+    *,
+    tracking_uri: str,
+    tags: dict[str, str],
+    run_id_file: str | None = None,
+    data_dir: str | None = None,
+    download: bool = False,
+    microbatch_size: int | None = None,
+) -> int:
+    """The worker process's side of `run_one_in_subprocess` (``cadence_harness worker``): one run of a
+    grid. Returns the exit code: 0, `OOM_EXIT_CODE` when the run ran out of memory, else 1."""
+    from cadence.loggers import failure_kind
+    from cadence_harness.run import execute
+
+    spec = RunSpec.from_json(spec_file.read_text())
+    try:
+        execute(
+            spec,
+            tracking_uri=tracking_uri,
+            data_dir=data_dir,
+            download=download,
+            progress_bar=False,
+            tags=tags,
+            run_id_file=run_id_file,
+            microbatch_size=microbatch_size,
+        )
+    except Exception as error:
+        import traceback
+
+        traceback.print_exc()
+        return OOM_EXIT_CODE if failure_kind(error) == "oom" else 1
+    return 0
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     if not path.is_file():
         return ""

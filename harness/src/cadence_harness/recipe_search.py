@@ -175,6 +175,7 @@ class Search:
         if self.to_run:
             what = f"on all {self.seeds} seeds" if self.confirming else "on seed 0 (screening)"
             lines += ["", f"The search continues once these run {what}: `{self.command()}`."]
+            lines[-1] += f" `cadence-bench grid {self.study} --search` runs this round and the ones after it."
         if self.speedup is not None:
             verdict = "qualifies" if self.speedup.qualifies() else "does not qualify"
             lines += [
@@ -205,7 +206,15 @@ def registry_conflict(methods: tuple[str, ...]) -> str | None:
 
 
 def _by_methods(curves: Sequence[Curve]) -> dict[frozenset[str], Curve]:
-    return {frozenset(c.arm.split("+")): c for c in curves if not c.cyclic and c.arm != "baseline"}
+    """Each arm's curve by its set of methods. An arm run under two spellings (``a+b`` and ``b+a``: the
+    same methods, listed in another order, which the grid runs as another configuration) counts once,
+    by its curve on the most seeds."""
+    found: dict[frozenset[str], Curve] = {}
+    for curve in curves:
+        methods = frozenset(curve.arm.split("+"))
+        if not curve.cyclic and curve.arm != "baseline" and (methods not in found or curve.n > found[methods].n):
+            found[methods] = curve
+    return found
 
 
 def _rank(speedup: TargetSpeedup | None) -> tuple[int, float, float]:
@@ -248,11 +257,11 @@ def greedy_search(
         for method, _ in eligible:
             if method in search.recipe or (conflict and conflict((*search.recipe, method))):
                 continue
-            combo = (*search.recipe, method)
-            curve = curves.get(frozenset(combo))
+            curve = curves.get(frozenset((*search.recipe, method)))
+            arm = curve.arm if curve else "+".join((*search.recipe, method))  # a screened arm keeps its spelling
             if curve is None:
-                missing.append("+".join(combo))
-            round_.tried.append(("+".join(combo), speedup_at_baseline_best(curve, base, unit) if curve else None))
+                missing.append(arm)
+            round_.tried.append((arm, speedup_at_baseline_best(curve, base, unit) if curve else None))
         if missing:
             search.to_run = missing
             return search

@@ -1,0 +1,116 @@
+"""``grid STUDY --search``: the recipe search runs what it waits for, round after round, until it ends.
+
+The grid here is a stand-in that records known numbers for the runs it is asked for (as `log_run` does
+for the report tests), so that the search's path is known; `test_grid.py` tests the real grid."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cadence_harness.cli import main
+from cadence_harness.grid import GridResult, expand
+from cadence_harness.recipe import Recipe, load_recipe
+from cadence_harness.records import export_runs, read_records, records_file
+from cadence_harness.search_grid import run_search
+
+# (accuracy, cost) per budget: `sharp` reaches the baseline's best (0.75) at about 1.6ep; `flat` is the
+# baseline again (eligible: worse nowhere); together they are above 0.75 from the shortest budget on.
+BASE = {"1ep": (0.60, 10.0), "2ep": (0.70, 20.0), "4ep": (0.75, 40.0)}
+KNOWN = {
+    "baseline": BASE,
+    "label_smoothing": {"1ep": (0.70, 10.0), "2ep": (0.76, 20.0), "4ep": (0.78, 40.0)},
+    "channels_last": BASE,
+    "label_smoothing+channels_last": {budget: (0.80, cost) for budget, (_, cost) in BASE.items()},
+}
+
+
+class RecordingGrid:
+    """`run_grid`'s contract for the search: runs the recipe's grid, minus what the records hold, and appends
+    each run to the records; here each run gets its arm's known numbers (seed 1 +0.01, seed 2 -0.01)."""
+
+    def __init__(self, uri: str, run_logger: Any, writes: bool = True):
+        self.uri, self.run_logger, self.writes = uri, run_logger, writes
+        self.calls: list[tuple[int, list[str]]] = []
+
+    def __call__(self, recipe: Recipe, *, records_dir: Path, **options: Any) -> GridResult:
+        self.calls.append((len(recipe.seeds), sorted({spec.arm_name for spec in expand(recipe)} - {"baseline"})))
+        path = records_file(records_dir, recipe.name)
+        done = {record.config_hash for record in read_records([path])} if path.is_file() else set()
+        specs = [spec for spec in expand(recipe) if spec.config_hash not in done]
+        for spec in specs if self.writes else []:
+            accuracy, cost = KNOWN[spec.arm_name][spec.recipe.duration]
+            self.run_logger(self.uri, spec, accuracy + (0, 0.01, -0.01)[spec.seed], cost * (1 + 0.05 * spec.seed))
+        export_runs(self.uri, recipe.name, path)
+        return GridResult(planned=len(specs), finished=specs if self.writes else [])
+
+
+@pytest.fixture(scope="module")
+def recorded_study(tmp_path_factory: pytest.TempPathFactory, run_logger: Any) -> tuple[str, Path]:
+    """A study of two methods over three budgets, 3 seeds, its grid recorded (once for the module): its
+    recipe file and its records file."""
+    folder = tmp_path_factory.mktemp("study")
+    path = folder / "searched.yaml"
+    recipe = {"name": "searched", "model": "tv/resnet20", "data": "synthetic", "subset": 8, "batch_size": 4}
+    recipe |= {"duration": "4ep", "durations": list(BASE), "schedule": {"name": "cosine"}, "seeds": 3}
+    recipe |= {"methods": {"label_smoothing": {}, "channels_last": {}}, "grid": {"arms": ["baseline", "each"]}}
+    path.write_text(json.dumps(recipe))
+    RecordingGrid(f"sqlite:///{folder / 'mlflow.db'}", run_logger)(load_recipe(path), records_dir=folder / "runs")
+    return str(path), records_file(folder / "runs", "searched")
+
+
+@pytest.fixture
+def study(recorded_study: tuple[str, Path], tmp_path: Path) -> tuple[str, Path]:
+    """The recorded study, its records copied for this test to add to: (its recipe file, the records folder)."""
+    path, records = recorded_study
+    (tmp_path / "runs").mkdir()
+    shutil.copy(records, tmp_path / "runs" / records.name)
+    return path, tmp_path / "runs"
+
+
+def test_the_search_screens_confirms_and_ends_with_its_recipe(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = study
+    grid = RecordingGrid(tracking_uri, run_logger)
+    assert run_search(path, records_dir=records, run_grid=grid) == 0
+    # screened on seed 0, then confirmed on all 3; the FLOPs and the time searches ask for the same arm once
+    assert grid.calls == [(1, ["label_smoothing+channels_last"]), (3, ["label_smoothing+channels_last"])]
+    out = capsys.readouterr().out
+    assert "the search waits for: cadence-bench grid" in out and "--combination label_smoothing+channels_last" in out
+    assert "Best recipe so far: **label_smoothing+channels_last**" in out and "it qualifies" in out
+    again = RecordingGrid(tracking_uri, run_logger)
+    assert run_search(path, records_dir=records, run_grid=again) == 0 and again.calls == []  # nothing left to run
+
+
+def test_a_dry_run_names_the_next_runs_and_runs_nothing(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = study
+    grid = RecordingGrid(tracking_uri, run_logger)
+    assert run_search(path, records_dir=records, run_grid=grid, dry_run=True) == 0 and grid.calls == []
+    waits = f"cadence-bench grid {path} --arms baseline --combination label_smoothing+channels_last --seeds 1"
+    assert waits in capsys.readouterr().out
+
+
+def test_runs_that_never_reach_the_records_stop_the_search_instead_of_looping(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = study
+    grid = RecordingGrid(tracking_uri, run_logger, writes=False)
+    assert run_search(path, records_dir=records, run_grid=grid) == 1 and len(grid.calls) == 1
+    assert "these runs were made, yet the search asks for them again" in capsys.readouterr().out
+
+
+def test_the_command_line_search_keeps_the_studys_own_settings(
+    study: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = study
+    assert main(["grid", path, "--search", "--seeds", "2", "--combination", "a+b", "--records", str(records)]) == 2
+    assert "drop --combination, --seeds" in capsys.readouterr().err
+    assert main(["grid", path, "--search", "--dry-run", "--records", str(records)]) == 0
+    assert "--combination label_smoothing+channels_last --seeds 1" in capsys.readouterr().out
