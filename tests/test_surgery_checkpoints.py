@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
 
 from cadence import CheckpointMismatchError, Classifier, Trainer
 from cadence.registry import registry
-from cadence.testing import image_dataset
+from cadence.testing import image_dataset, sgd_trainer
 
 SURGERIES = {"blurpool": {}, "squeeze_excite": {"latent_channels": 16}, "ghost_batchnorm": {"ghost_batch_size": 2}}
 
@@ -28,17 +27,7 @@ def _trainer(algorithms: list, **kwargs) -> Trainer:
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
     model = Classifier(torchvision.models.resnet18(num_classes=4), num_classes=4)  # fresh: built by user code
-    return Trainer(
-        model=model,
-        train_dataloader=DataLoader(image_dataset(8, 4), batch_size=4),
-        max_duration="2ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-        algorithms=algorithms,
-        device="cpu",
-        seed=3,
-        progress_bar=False,
-        **kwargs,
-    )
+    return sgd_trainer(model, image_dataset(8, 4), algorithms, lr=0.05, seed=3, shuffle=False, **kwargs)
 
 
 def test_a_checkpoint_after_three_surgeries_loads_into_a_fresh_resnet18(tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ __all__ = [
     "image_dataset",
     "mlp_classifier",
     "recording_ops",
+    "sgd_trainer",
     "tiny_image_classifier",
 ]
 
@@ -100,6 +101,33 @@ def mlp_classifier(in_features: int = 64, num_classes: int = 10, hidden: int = 3
         layers.append(nn.Dropout(dropout))
     layers.append(nn.Linear(hidden, num_classes))
     return Classifier(nn.Sequential(*layers), num_classes=num_classes)
+
+
+def sgd_trainer(
+    model: Classifier | nn.Module,
+    dataset: Dataset,
+    algorithms: list[Algorithm] | None = None,
+    *,
+    batch_size: int = 4,
+    max_duration: str = "2ba",
+    lr: float = 0.05,
+    seed: int = 17,
+    shuffle: bool = True,
+    **kwargs: Any,
+) -> Trainer:
+    """The few-step CPU run of a method's tests: `model` trained on `dataset` with SGD (momentum 0.9),
+    no progress bar; `kwargs` go to the Trainer. Seed the model's construction first (``torch.manual_seed``)."""
+    return Trainer(
+        model=model,
+        train_dataloader=DataLoader(dataset, batch_size=batch_size, shuffle=shuffle),
+        max_duration=max_duration,
+        optimizers=torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
+        algorithms=algorithms if algorithms is not None else [],
+        seed=seed,
+        device="cpu",
+        progress_bar=False,
+        **kwargs,
+    )
 
 
 def digits_datasets() -> tuple[TensorDataset, TensorDataset]:
@@ -237,19 +265,9 @@ class MethodConformance:
     ) -> Trainer:
         torch.manual_seed(0)
         kwargs.setdefault("precision", self.precision)
-        model = self.make_model()
-        loader = DataLoader(self.make_dataset(num_samples), batch_size=batch_size or self.batch_size, shuffle=True)
-        return Trainer(
-            model=model,
-            train_dataloader=loader,
-            max_duration=max_duration,
-            optimizers=torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-            algorithms=algorithms,
-            seed=17,
-            device="cpu",
-            progress_bar=False,
-            **kwargs,
-        )
+        model, dataset = self.make_model(), self.make_dataset(num_samples)
+        batch_size = batch_size or self.batch_size
+        return sgd_trainer(model, dataset, algorithms, batch_size=batch_size, max_duration=max_duration, **kwargs)
 
     @staticmethod
     def _inputs(dtype: torch.dtype, shape: tuple[int, ...], num_classes: int) -> Iterator[tuple[torch.Tensor, ...]]:

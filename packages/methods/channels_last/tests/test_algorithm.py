@@ -7,26 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 from cadence_channels_last import ChannelsLast
-from torch.utils.data import DataLoader
 
 from cadence import Event, InMemoryLogger, Resource, Trainer
-from cadence.testing import image_dataset, tiny_image_classifier
+from cadence.testing import image_dataset, sgd_trainer, tiny_image_classifier
 
 
 def _trainer(algorithms: list, **kwargs) -> Trainer:
     torch.manual_seed(0)
-    model = tiny_image_classifier()
-    return Trainer(
-        model=model,
-        train_dataloader=DataLoader(image_dataset(8), batch_size=4),
-        max_duration="2ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-        algorithms=algorithms,
-        device="cpu",
-        seed=1,
-        progress_bar=False,
-        **kwargs,
-    )
+    return sgd_trainer(tiny_image_classifier(), image_dataset(8), algorithms, lr=0.1, seed=1, shuffle=False, **kwargs)
 
 
 def test_declarations() -> None:

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 from cadence_factorize import Factorize, FactorizedConv2d, FactorizedLinear, apply_factorization
-from torch.utils.data import DataLoader
 
 from cadence import CheckpointMismatchError, Event, Resource, State, Trainer
-from cadence.testing import image_dataset, tiny_image_classifier
+from cadence.testing import image_dataset, sgd_trainer, tiny_image_classifier
 
 TINY = {"min_channels": 8, "latent_channels": 4, "min_features": 4, "latent_features": 1}
 
@@ -19,17 +18,8 @@ TINY = {"min_channels": 8, "latent_channels": 4, "min_features": 4, "latent_feat
 def _trainer(algorithms: list, **kwargs) -> Trainer:
     torch.manual_seed(0)
     model = tiny_image_classifier()  # a fresh, unmodified model, as the user's code builds it
-    return Trainer(
-        model=model,
-        train_dataloader=DataLoader(image_dataset(16, shape=(3, 16, 16), seed=1), batch_size=4),
-        max_duration="2ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-        algorithms=algorithms,
-        seed=3,
-        device="cpu",
-        progress_bar=False,
-        **kwargs,
-    )
+    data = image_dataset(16, shape=(3, 16, 16), seed=1)
+    return sgd_trainer(model, data, algorithms, lr=0.1, seed=3, shuffle=False, **kwargs)
 
 
 def test_the_defaults_are_composers_which_differ_between_the_class_and_the_function() -> None:

@@ -7,27 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 from cadence_ghost_batchnorm import GhostBatchNorm, GhostBatchNorm2d
-from torch.utils.data import DataLoader
 
 from cadence import Classifier, Event, InMemoryLogger, NotApplicableError, Resource, Trainer
-from cadence.testing import image_dataset
+from cadence.testing import image_dataset, sgd_trainer
 
 
 def _trainer(algorithms: list, **kwargs) -> Trainer:
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
     model = Classifier(torchvision.models.resnet18(num_classes=4), num_classes=4)
-    return Trainer(
-        model=model,
-        train_dataloader=DataLoader(image_dataset(8, 4), batch_size=4),
-        max_duration="2ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-        algorithms=algorithms,
-        device="cpu",
-        seed=1,
-        progress_bar=False,
-        **kwargs,
-    )
+    return sgd_trainer(model, image_dataset(8, 4), algorithms, lr=0.01, seed=1, shuffle=False, **kwargs)
 
 
 def test_declarations() -> None:

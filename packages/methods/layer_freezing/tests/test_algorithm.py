@@ -8,27 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 from cadence_layer_freezing import LayerFreezing, freezable_layers
-from torch.utils.data import DataLoader
 
 import cadence
 from cadence import Event, InMemoryLogger, Resource, State, Trainer
-from cadence.testing import assert_same_tensors, image_dataset, tiny_image_classifier
+from cadence.testing import assert_same_tensors, image_dataset, sgd_trainer, tiny_image_classifier
 
 
 def _trainer(algorithms: list, **kwargs) -> Trainer:
     torch.manual_seed(0)
     model = tiny_image_classifier()  # 4 freezable layers: conv, bn, conv, linear
-    return Trainer(
-        model=model,
-        train_dataloader=DataLoader(image_dataset(8), batch_size=4, shuffle=True),  # 2 batches per epoch
-        max_duration="8ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-        algorithms=algorithms,
-        seed=5,
-        device="cpu",
-        progress_bar=False,
-        **kwargs,
-    )
+    data = image_dataset(8)  # 2 batches per epoch
+    return sgd_trainer(model, data, algorithms, max_duration="8ba", lr=0.05, seed=5, **kwargs)
 
 
 def test_events_effects_and_repr() -> None:

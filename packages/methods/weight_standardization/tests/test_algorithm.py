@@ -7,26 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 from cadence_weight_standardization import WeightStandardization, is_standardized
-from torch.utils.data import DataLoader
 
 from cadence import CheckpointMismatchError, Classifier, Event, NotApplicableError, Resource, State, Trainer
-from cadence.testing import image_dataset, mlp_classifier, tiny_image_classifier
+from cadence.testing import image_dataset, mlp_classifier, sgd_trainer, tiny_image_classifier
 
 
 def _trainer(algorithms: list, **kwargs) -> Trainer:
     torch.manual_seed(0)
     model = tiny_image_classifier()  # a fresh, unmodified model, as the user's code builds it
-    return Trainer(
-        model=model,
-        train_dataloader=DataLoader(image_dataset(16, shape=(3, 16, 16), seed=1), batch_size=4),
-        max_duration="2ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-        algorithms=algorithms,
-        seed=3,
-        device="cpu",
-        progress_bar=False,
-        **kwargs,
-    )
+    data = image_dataset(16, shape=(3, 16, 16), seed=1)
+    return sgd_trainer(model, data, algorithms, lr=0.1, seed=3, shuffle=False, **kwargs)
 
 
 def test_runs_on_init_only_and_declares_what_it_changes() -> None:
