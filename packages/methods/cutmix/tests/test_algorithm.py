@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from cadence_cutmix import CutMix
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import (
     Algorithm,
@@ -18,12 +18,10 @@ from cadence import (
     Event,
     MethodConflictError,
     MethodError,
-    Model,
     Trainer,
-    soft_cross_entropy,
 )
 from cadence.engine import check_composition
-from cadence.testing import image_dataset, tiny_image_classifier
+from cadence.testing import DictImageClassifier, DictImageDataset, image_dataset, tiny_image_classifier
 
 NUM_CLASSES = 4
 
@@ -173,34 +171,10 @@ def test_segmentation_targets_refuse_loss_interpolation() -> None:
         _train(CutMix(interpolate_loss=True), model=model, dataset=_segmentation_data())
 
 
-class _DictImages(Dataset):
-    def __init__(self, n: int):
-        self.data = image_dataset(n, NUM_CLASSES, (3, 8, 8))
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        image, label = self.data[index]
-        return {"image": image, "label": label}
-
-
-class _DictClassifier(Model):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = tiny_image_classifier(NUM_CLASSES).module
-
-    def forward(self, batch: dict) -> torch.Tensor:
-        return self.net(batch["image"])
-
-    def loss(self, outputs: torch.Tensor, batch: dict, **kwargs: Any) -> torch.Tensor:
-        return soft_cross_entropy(outputs, batch["label"], **kwargs)
-
-
 @pytest.mark.parametrize("interpolate_loss", [False, True])
 def test_dict_batches_through_input_key_and_target_key(interpolate_loss: bool) -> None:
     method = CutMix(interpolate_loss=interpolate_loss, input_key="image", target_key="label")
-    _, probe, spy = _train(method, model=_DictClassifier(), dataset=_DictImages(8))
+    _, probe, spy = _train(method, model=DictImageClassifier(NUM_CLASSES), dataset=DictImageDataset(8, NUM_CLASSES))
     for x, mixed, (perm, bbox, _), target in zip(probe.inputs, spy.mixed, spy.draws, spy.targets):
         assert torch.equal(mixed, _pasted(x, perm, bbox))
         assert target.is_floating_point() != interpolate_loss

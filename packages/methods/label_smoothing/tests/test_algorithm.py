@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cadence_label_smoothing import LabelSmoothing
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from cadence import Algorithm, Callback, Event, Model, Trainer, soft_cross_entropy
-from cadence.testing import image_dataset, tiny_image_classifier
+from cadence import Algorithm, Callback, Event, Trainer
+from cadence.testing import DictImageClassifier, DictImageDataset, image_dataset, tiny_image_classifier
 
 NUM_CLASSES = 4
 
@@ -98,32 +98,9 @@ def test_microbatches_are_smoothed_and_restored_one_by_one() -> None:
         torch.testing.assert_close(smoothed, F.one_hot(y, NUM_CLASSES).float() * 0.9 + 0.025)
 
 
-class _DictImages(Dataset):
-    def __init__(self, n: int):
-        self.data = image_dataset(n, NUM_CLASSES, (3, 8, 8))
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        image, label = self.data[index]
-        return {"image": image, "label": label}
-
-
-class _DictClassifier(Model):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = tiny_image_classifier(NUM_CLASSES).module
-
-    def forward(self, batch: dict) -> torch.Tensor:
-        return self.net(batch["image"])
-
-    def loss(self, outputs: torch.Tensor, batch: dict, **kwargs: Any) -> torch.Tensor:
-        return soft_cross_entropy(outputs, batch["label"], **kwargs)
-
-
 def test_dict_batches_through_target_key() -> None:
-    probe, spy = _train(LabelSmoothing(target_key="label"), model=_DictClassifier(), dataset=_DictImages(8))
+    model, dataset = DictImageClassifier(NUM_CLASSES), DictImageDataset(8, NUM_CLASSES)
+    probe, spy = _train(LabelSmoothing(target_key="label"), model=model, dataset=dataset)
     for y, smoothed, restored in zip(probe.targets, spy.smoothed, probe.restored):
         torch.testing.assert_close(smoothed, F.one_hot(y, NUM_CLASSES).float() * 0.9 + 0.025)
         assert restored is y

@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cadence_mixup import MixUp
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from cadence import Algorithm, Callback, Event, MethodConflictError, Model, Trainer, soft_cross_entropy
+from cadence import Algorithm, Callback, Event, MethodConflictError, Trainer
 from cadence.engine import check_composition
-from cadence.testing import image_dataset, tiny_image_classifier
+from cadence.testing import DictImageClassifier, DictImageDataset, image_dataset, tiny_image_classifier
 
 NUM_CLASSES = 4
 
@@ -143,34 +143,10 @@ def test_each_microbatch_draws_its_own_mixing_and_mixes_within_itself() -> None:
     assert len(whole.draws) == 1 and torch.isfinite(whole.losses[0])
 
 
-class _DictImages(Dataset):
-    def __init__(self, n: int):
-        self.data = image_dataset(n, NUM_CLASSES, (3, 8, 8))
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        image, label = self.data[index]
-        return {"image": image, "label": label}
-
-
-class _DictClassifier(Model):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = tiny_image_classifier(NUM_CLASSES).module
-
-    def forward(self, batch: dict) -> torch.Tensor:
-        return self.net(batch["image"])
-
-    def loss(self, outputs: torch.Tensor, batch: dict, **kwargs: Any) -> torch.Tensor:
-        return soft_cross_entropy(outputs, batch["label"], **kwargs)
-
-
 @pytest.mark.parametrize("interpolate_loss", [False, True])
 def test_dict_batches_through_input_key_and_target_key(interpolate_loss: bool) -> None:
     method = MixUp(alpha=1.0, interpolate_loss=interpolate_loss, input_key="image", target_key="label")
-    _, probe, spy = _train(method, model=_DictClassifier(), dataset=_DictImages(8))
+    _, probe, spy = _train(method, model=DictImageClassifier(NUM_CLASSES), dataset=DictImageDataset(8, NUM_CLASSES))
     for x, mixed, (perm, m), target in zip(probe.inputs, spy.mixed, spy.draws, spy.targets):
         torch.testing.assert_close(mixed, (1 - m) * x + m * x[perm], rtol=0, atol=1e-6)
         assert target.is_floating_point() != interpolate_loss

@@ -1,4 +1,4 @@
-"""Conformance checks every method package runs against itself.
+"""The conformance checks every method package runs against itself (`MethodConformance`).
 
 A method package subclasses `MethodConformance` in its own tests and says how to build
 its algorithm (and, where it needs them, its functional calls and model)::
@@ -22,7 +22,6 @@ takes ``seed=`` and is reproducible from it.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import io
 import tempfile
@@ -32,182 +31,20 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset
 
 from cadence.algorithm import Algorithm, Effects
 from cadence.callback import Callback
 from cadence.engine import check_composition
 from cadence.event import Event
 from cadence.loggers.in_memory import InMemoryLogger
-from cadence.models.classifier import Classifier
 from cadence.ops.method import RandomMethod
 from cadence.state import State
+from cadence.testing.builders import NoOpAlgorithm, image_dataset, sgd_trainer, tiny_image_classifier
+from cadence.testing.checks import assert_same_tensors
 from cadence.trainer import Trainer
 
-__all__ = [
-    "HOST_SYNC_OPS",
-    "MethodConformance",
-    "NoOpAlgorithm",
-    "assert_same_tensors",
-    "digits_datasets",
-    "image_dataset",
-    "mlp_classifier",
-    "recording_ops",
-    "sgd_trainer",
-    "tiny_image_classifier",
-]
-
-
-class NoOpAlgorithm(Algorithm):
-    """Matches every event and changes nothing: the neutral element of composition."""
-
-    events = tuple(Event)
-
-    def match(self, event: Event, state: State) -> bool:
-        return True
-
-    def apply(self, event: Event, state: State, logger: Any) -> None:
-        return None
-
-
-class TinyCNN(nn.Module):
-    """conv-BN-ReLU, a strided conv, global pooling, linear: enough structure for every method."""
-
-    def __init__(self, num_classes: int = 4, in_channels: int = 3):
-        super().__init__()
-        self.num_classes = num_classes
-        self.features = nn.Sequential(
-            nn.Conv2d(in_channels, 8, 3, padding=1, bias=False),
-            nn.BatchNorm2d(8),
-            nn.ReLU(),
-            nn.Conv2d(8, 16, 3, stride=2, padding=1),
-            nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(),
-        )
-        self.head = nn.Linear(16, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))
-
-
-def tiny_image_classifier(num_classes: int = 4, in_channels: int = 3) -> Classifier:
-    return Classifier(TinyCNN(num_classes, in_channels), num_classes=num_classes)
-
-
-def mlp_classifier(in_features: int = 64, num_classes: int = 10, hidden: int = 32, dropout: float = 0.0) -> Classifier:
-    layers: list[nn.Module] = [nn.Linear(in_features, hidden), nn.ReLU()]
-    if dropout:
-        layers.append(nn.Dropout(dropout))
-    layers.append(nn.Linear(hidden, num_classes))
-    return Classifier(nn.Sequential(*layers), num_classes=num_classes)
-
-
-def sgd_trainer(
-    model: Classifier | nn.Module,
-    dataset: Dataset,
-    algorithms: list[Algorithm] | None = None,
-    *,
-    batch_size: int = 4,
-    max_duration: str = "2ba",
-    lr: float = 0.05,
-    seed: int = 17,
-    shuffle: bool = True,
-    **kwargs: Any,
-) -> Trainer:
-    """The few-step CPU run of a method's tests: `model` trained on `dataset` with SGD (momentum 0.9),
-    no progress bar; `kwargs` go to the Trainer. Seed the model's construction first (``torch.manual_seed``)."""
-    return Trainer(
-        model=model,
-        train_dataloader=DataLoader(dataset, batch_size=batch_size, shuffle=shuffle),
-        max_duration=max_duration,
-        optimizers=torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
-        algorithms=algorithms if algorithms is not None else [],
-        seed=seed,
-        device="cpu",
-        progress_bar=False,
-        **kwargs,
-    )
-
-
-def digits_datasets() -> tuple[TensorDataset, TensorDataset]:
-    """sklearn's bundled digits (real data, no download): 1500 train and 297 test 8x8 images, flattened."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(data.target)
-    return TensorDataset(x[:1500], y[:1500]), TensorDataset(x[1500:], y[1500:])
-
-
-def image_dataset(
-    num_samples: int, num_classes: int = 4, shape: tuple[int, ...] = (3, 32, 32), seed: int = 0
-) -> TensorDataset:
-    """Random images in [0, 1] with integer labels, the same for a given seed."""
-    generator = torch.Generator().manual_seed(seed)
-    images = torch.rand((num_samples, *shape), generator=generator)
-    labels = torch.randint(0, num_classes, (num_samples,), generator=generator)
-    return TensorDataset(images, labels)
-
-
-def assert_same_tensors(a: Any, b: Any, path: str = "state") -> None:
-    """Bitwise equality of nested containers of tensors and plain values."""
-    if isinstance(a, torch.Tensor):
-        if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a, b):
-            raise AssertionError(f"{path} differs: {a!r} != {b!r}")
-    elif isinstance(a, dict):
-        if not isinstance(b, dict) or set(a) != set(b):
-            raise AssertionError(f"{path} keys differ: {sorted(map(str, a))} != {sorted(map(str, b or {}))}")
-        for key in a:
-            assert_same_tensors(a[key], b[key], f"{path}[{key!r}]")
-    elif isinstance(a, (list, tuple)):
-        if not isinstance(b, (list, tuple)) or len(a) != len(b):
-            raise AssertionError(f"{path} lengths differ: {a!r} != {b!r}")
-        for index, (x, y) in enumerate(zip(a, b)):
-            assert_same_tensors(x, y, f"{path}[{index}]")
-    elif a != b:
-        raise AssertionError(f"{path} differs: {a!r} != {b!r}")
-
-
-#: aten ops (and one pattern) that make a device wait for the host: reading a value back, a size that
-#: depends on the data, or a tensor made from host data. A CPU run cannot show a synchronisation, so
-#: tests check that a batched path never runs these instead.
-HOST_SYNC_OPS = frozenset(
-    {
-        "_local_scalar_dense",
-        "item",
-        "nonzero",
-        "masked_select",
-        "bincount",
-        "unique",
-        "equal",
-        "is_nonzero",
-        "lift_fresh",
-        "index_select",
-        "sort",
-        "argsort",
-        "boolean mask indexing",
-    }
-)
-
-
-@contextlib.contextmanager
-def recording_ops() -> Iterator[set[str]]:
-    """Collect the names of the aten ops run inside the block (plus "boolean mask indexing")."""
-    from torch.utils._python_dispatch import TorchDispatchMode  # torch's documented hook for observing ops
-
-    names: set[str] = set()
-
-    class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            name = func.overloadpacket.__name__
-            names.add(name)
-            if name == "index" and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
-                names.add("boolean mask indexing")
-            return func(*args, **(kwargs or {}))
-
-    with Recorder():
-        yield names
+__all__ = ["MethodConformance"]
 
 
 class _EventSpy(Callback):
