@@ -190,3 +190,27 @@ def test_a_study_keeps_the_combinations_its_recipe_search_added_with_the_recipes
     assert name == "tiny" and "7 of the 8 runs" in note and "the other 1" in note
     assert sorted({r.arm for r in kept}) == ["baseline", "count", "count+label_smoothing"]
     assert [r.config_hash for r in kept if r.arm == "count+label_smoothing"] == [combination[0].config_hash]
+
+
+def test_a_study_keeps_the_baselines_cyclic_curve_made_with_its_settings(
+    tmp_path: Path, tracking_uri: str, run_logger: Any, counted: list[int], tiny_recipe_file: Any
+) -> None:
+    """`grid STUDY --curve cyclic --arms baseline` runs the baseline's cyclic curve, which the study's report
+    checks against the sweep; a cyclic run of another arm or with other settings stays out."""
+    from cadence_harness.budgets import cycles_of
+    from cadence_harness.study import study_runs
+
+    sweep = {"seeds": 2, "duration": "2ep", "durations": ["1ep", "2ep"], "schedule": {"name": "cosine"}}
+    path = tiny_recipe_file(**sweep, methods={"count": {}}, grid={"arms": ["baseline", "each"]})
+    recipe = load_recipe(path)
+    cyclic = [s for s in expand(load_recipe(path, {"curve": "cyclic"})) if cycles_of(s.recipe)]
+    assert sorted(s.arm_name for s in cyclic) == ["baseline", "baseline", "count", "count"]
+    for spec in [*expand(recipe), *cyclic]:
+        run_logger(tracking_uri, spec, 0.5, 10.0)
+    other = dataclasses.replace(cyclic[0].recipe, subset=4)
+    run_logger(tracking_uri, RunSpec(other, (), 0), 0.9, 1.0)
+    export_runs(tracking_uri, "tiny", tmp_path / "runs" / "tiny.jsonl")
+    _, kept, note = study_runs(path, tmp_path / "runs")
+    assert "10 of the 13 runs" in note  # the sweep's 8 and the baseline's 2 cyclic runs
+    baseline_cyclic = {s.config_hash for s in cyclic if s.arm_name == "baseline"}
+    assert {r.config_hash for r in kept} == {s.config_hash for s in expand(recipe)} | baseline_cyclic

@@ -1,11 +1,12 @@
 """A study: the runs of one recipe's grid, as committed in ``method_cards/runs/<recipe>.jsonl``.
 
 The method cards are written only from a study (`cadence-bench report --study NAME --cards`). Its
-runs are the records in that file whose configuration belongs to the grid of the recipe of the same
-name, or to an arm added to that grid (``grid NAME --combination a+b``: the combinations the recipe
-search asks for), with the recipe's settings; any other record there (a smoke run into the same
-experiment, a run of an older version of the recipe) is left out and counted, so a card never shows
-numbers the recipe did not produce.
+runs are the records in that file whose configuration belongs, with the recipe's settings, to the
+grid of the recipe of the same name; to an arm added to that grid (``grid NAME --combination a+b``:
+the combinations the recipe search asks for); or to the baseline's cyclic curve (``grid NAME --curve
+cyclic --arms baseline --set grid.combinations=[]``), which the report checks against the sweep. Any
+other record there (a smoke run into the same experiment, a run of an older version of the recipe)
+is left out and counted, so a card never shows numbers the recipe did not produce.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from cadence_harness.recipe import RecipeError, load_recipe
+from cadence_harness.recipe import Recipe, RecipeError, load_recipe
 from cadence_harness.records import RunRecord, read_records, records_file
 
 __all__ = ["studies_runs", "study_runs"]
@@ -35,7 +36,7 @@ def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord
             "runs finish (or pass --records FOLDER)"
         )
     runs = [r for r in read_records([path]) if r.experiment == recipe.name]
-    grid = {spec.config_hash for spec in expand(recipe)}
+    grid = {spec.config_hash for spec in expand(recipe)} | _cyclic_baseline(study, recipe)
     grid |= _added_arms(study, {r.arm for r in runs if r.config_hash not in grid})
     kept = [r for r in runs if r.config_hash in grid]
     note = f"study {recipe.name}: {len(kept)} of the {len(runs)} runs in {path} belong to the grid of its recipe"
@@ -54,6 +55,18 @@ def studies_runs(given: Sequence[str], records_dir: str | Path) -> tuple[list[st
         runs += kept
         notes.append(note)
     return names, runs, notes
+
+
+def _cyclic_baseline(study: str, recipe: Recipe) -> set[str]:
+    """The config hashes of the baseline's cyclic runs with the recipe's settings: kept, so that the study's
+    report checks the cyclic curve against its sweep (Portes et al. 2022)."""
+    from cadence_harness.budgets import cycles_of
+    from cadence_harness.grid import expand
+
+    if not recipe.durations or recipe.curve == "cyclic":
+        return set()
+    cyclic = load_recipe(study, {"curve": "cyclic"}, grid={"arms": ["baseline"], "combinations": []})
+    return {spec.config_hash for spec in expand(cyclic) if cycles_of(spec.recipe)}
 
 
 def _added_arms(study: str, arms: set[str]) -> set[str]:
