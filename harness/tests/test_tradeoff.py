@@ -151,6 +151,15 @@ def test_the_pareto_front_runs_over_every_arm_and_budget() -> None:
     ]
 
 
+def test_a_cyclic_curve_is_on_the_front_only_where_its_arm_has_no_sweep() -> None:
+    """The baseline's cyclic curve checks its sweep: a better point of it is no method's, so it stays off."""
+    lucky = curve("baseline", [[0.60, 0.90]] * 3, [[1.0, 2.0]] * 3, cyclic=True)
+    front = pareto_points([curve("baseline", BASE_ACC, BASE_COST), lucky], "flops")
+    assert front and all(label == "baseline" for label, *_ in front)
+    alone = pareto_points([lucky], "flops")  # an arm run only cyclically: its curve is all there is
+    assert [label for label, *_ in alone] == ["baseline (cyclic)", "baseline (cyclic)"]
+
+
 def test_the_cyclic_curve_is_checked_against_the_sweep() -> None:
     sweep = curve("baseline", BASE_ACC, BASE_COST)
     shifted = [[a - 0.01 for a in row] for row in BASE_ACC]

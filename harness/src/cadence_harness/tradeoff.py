@@ -326,11 +326,14 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def pareto_points(curves: Sequence[Curve], unit: str) -> list[tuple[str, str, float, float]]:
-    """(arm, budget, mean cost, mean accuracy) of every point on the front over all arms' curves."""
+    """(arm, budget, mean cost, mean accuracy) of every point on the front over all arms' curves. An arm's
+    cyclic curve stays off the front where the arm also has a sweep: it is then a check of the sweep (a
+    cheaper estimate of the same curve), not another way to train."""
+    swept = {(curve.arm, curve.family_hash) for curve in curves if not curve.cyclic}
     points = [
         (curve.label, budget, float(curve.costs[unit][:, j].mean()), float(curve.accuracy[:, j].mean()))
         for curve in curves
-        if unit in curve.costs
+        if unit in curve.costs and not (curve.cyclic and (curve.arm, curve.family_hash) in swept)
         for j, budget in enumerate(curve.budgets)
     ]
     return [points[i] for i in pareto_front([(p[2], p[3]) for p in points])]
