@@ -88,9 +88,10 @@ def test_a_study_from_grid_to_report_to_a_cyclic_curve_and_to_a_second_machine(
         (root / name / "card.md").write_text(f"---\nname: {name}\n---\n{MARK_START}\nold\n{MARK_END}\n")
     study = ["report", "--study", recipe, "--records", str(records), "--out", str(out), "--cards", "--min-seeds", "2"]
     assert main([*study, "--methods-root", str(root), "--index", str(index)]) == 0
-    text = capsys.readouterr().out  # the study is the recipe's own grid: its sweep, not the cyclic runs
-    assert "study tiny: 8 of the 12 runs" in text and "(cyclic)" not in text
-    card = (root / method / "card.md").read_text()
+    text = capsys.readouterr().out  # the study: the recipe's own grid, and the baseline's cyclic check of it
+    assert "study tiny: 10 of the 12 runs" in text and f"{method} (cyclic)" not in text
+    assert "### The cyclic curve against the sweep" in text
+    card = (root / method / "card.md").read_text()  # a method's card: its arms and the baseline's sweep
     assert "#### Accuracy against cost" in card and f"tiny-tradeoff-{method}.png" in card and "(cyclic)" not in card
     assert "Not measured in the study `tiny`" in (root / "other" / "card.md").read_text()  # nor a baseline-only plot
     assert sorted(p.name for p in index.parent.glob("tiny-tradeoff-*.png")) == [f"tiny-tradeoff-{method}.png"]

@@ -104,9 +104,13 @@ def _reproduce(rows: Sequence[ArmSummary], experiment: str, study: str | Sequenc
 
 
 def _only(section: Section, method: str) -> Section:
-    """The section cut to the baseline and the arms that use `method`."""
-    rows = [s for s in section.summaries if s.arm == "baseline" or method in s.methods]
-    curves = [c for c in section.curves if c.arm == "baseline" or method in c.arm.split("+")]
+    """The section cut to the baseline and the arms that use `method`. The baseline's cyclic curve stays out
+    unless the method's own arms are cyclic: in a sweep study it checks the sweep (the INDEX shows it)."""
+    rows = [s for s in section.summaries if s.arm != "baseline" and method in s.methods]
+    curves = [c for c in section.curves if c.arm != "baseline" and method in c.arm.split("+")]
+    cyclic = {c.cyclic for c in curves} | {s.cyclic for s in rows}
+    rows = [s for s in section.summaries if s.arm == "baseline" and s.cyclic in cyclic | {False}] + rows
+    curves = [c for c in section.curves if c.arm == "baseline" and c.cyclic in cyclic | {False}] + curves
     return dataclasses.replace(section, summaries=rows, curves=curves)
 
 
