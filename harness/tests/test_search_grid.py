@@ -87,6 +87,24 @@ def test_the_search_screens_confirms_and_ends_with_its_recipe(
     assert run_search(path, records_dir=records, run_grid=again) == 0 and again.calls == []  # nothing left to run
 
 
+def test_the_studys_own_grid_is_completed_before_the_search_reads_its_curves(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A search on a partial study would screen against a provisional target: its missing runs come first."""
+    path, records = study
+    file = records_file(records, "searched")
+    lines = file.read_text().splitlines()
+    kept = [line for line in lines if '"run_name":"baseline-4ep-s2"' not in line]
+    assert len(kept) == len(lines) - 1
+    file.write_text("\n".join(kept) + "\n")
+    assert run_search(path, records_dir=records, run_grid=RecordingGrid(tracking_uri, run_logger), dry_run=True) == 0
+    assert f"the study's own grid lacks 1 runs, which come first: cadence-bench grid {path}" in capsys.readouterr().out
+    grid = RecordingGrid(tracking_uri, run_logger)
+    assert run_search(path, records_dir=records, run_grid=grid) == 0
+    assert grid.calls[0] == (3, ["channels_last", "label_smoothing"])  # the study's grid: every arm, every seed
+    assert grid.calls[1:] == [(1, ["label_smoothing+channels_last"]), (3, ["label_smoothing+channels_last"])]
+
+
 def test_a_dry_run_names_the_next_runs_and_runs_nothing(
     study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
