@@ -147,7 +147,7 @@ def _worker_command(spec_file: Path, uri: str, id_file: Path, options: dict[str,
 def run_worker(
     spec_file: Path,
     *,
-    tracking_uri: str,
+    tracking_uri: str | None,
     tags: dict[str, str],
     run_id_file: str | None = None,
     data_dir: str | None = None,
