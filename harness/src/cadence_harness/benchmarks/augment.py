@@ -260,7 +260,9 @@ def print_cost_lines(
     print(f"\nwhere the batched time goes, {shape} uint8 (a line through N = {', '.join(map(str, sizes))}):")
     for method, (fixed, per_sample), pil in lines:
         text = f"{method:<12} batched {fixed:5.2f} ms per call + {per_sample:6.1f} µs per sample"
-        if pil is not None:
+        if per_sample <= 0:
+            text += " (the per-sample cost is below this run's noise: take more repeats or larger batches)"
+        elif pil is not None:
             text += f"; PIL {pil[1]:6.1f} µs per sample: at most {pil[1] / per_sample:.1f}x at any batch size"
         print(text)
 
