@@ -37,15 +37,19 @@ from cadence_harness.tradeoff import COSTS, Curve, bootstrap_interval, cost_to_r
 
 __all__ = [
     "QUALIFYING_SPEEDUP",
+    "SEARCH_UNITS",
     "Round",
     "Search",
     "TargetSpeedup",
     "greedy_search",
+    "grid_command",
     "registry_conflict",
+    "section_searches",
     "speedup_at_baseline_best",
 ]
 
 QUALIFYING_SPEEDUP = 1.5
+SEARCH_UNITS = ("flops", "train_s")  # a recipe is searched for in FLOPs and in training time
 
 
 @dataclass(frozen=True)
@@ -145,9 +149,8 @@ class Search:
     confirming: bool = False  # `to_run` is a leader to run on every seed, not candidates to screen
 
     def command(self) -> str:
-        combos = " ".join(f"--combination {arm}" for arm in self.to_run)
         seeds = self.seeds if self.confirming else 1
-        return f"cadence-bench grid {self.study} --arms baseline {combos} --seeds {seeds} --data-dir ../shared/data"
+        return grid_command(self.study, self.to_run, seeds) + " --data-dir ../shared/data"
 
     def markdown(self) -> str:
         unit = COSTS[self.unit]
@@ -188,6 +191,12 @@ class Search:
         if self.speedup is not None and self.speedup.estimate is None:
             lines[-1] += " Its curve does not reach the baseline's best accuracy: only a bound is known."
         return "\n".join(lines)
+
+
+def grid_command(study: str, combinations: Sequence[str], seeds: int) -> str:
+    """The ``cadence-bench grid`` command that runs `combinations` beside the baseline on `seeds` seeds."""
+    combos = " ".join(f"--combination {arm}" for arm in combinations)
+    return f"cadence-bench grid {study} --arms baseline {combos} --seeds {seeds}"
 
 
 def registry_conflict(methods: tuple[str, ...]) -> str | None:
@@ -273,3 +282,8 @@ def greedy_search(
             return search
         round_.chosen = best[0]
         search.recipe, search.speedup = tuple(best[0].split("+")), best[1]
+
+
+def section_searches(section: Section) -> list[Search]:
+    """The search over `section` in each of `SEARCH_UNITS`, methods that cannot run together kept apart."""
+    return [greedy_search(section, unit, registry_conflict) for unit in SEARCH_UNITS]

@@ -17,28 +17,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cadence_harness.recipe import load_recipe
-from cadence_harness.recipe_search import Search, greedy_search, registry_conflict
+from cadence_harness.recipe import Recipe, load_recipe
+from cadence_harness.recipe_search import Search, grid_command, section_searches
+from cadence_harness.records import RunRecord
 from cadence_harness.report import sections_of
 from cadence_harness.study import study_runs
 
 __all__ = ["missing_runs", "pending_runs", "run_search", "searches"]
 
-UNITS = ("flops", "train_s")
+
+def searches(runs: list[RunRecord]) -> list[Search]:
+    """The recipe searches of every tradeoff section of a study's runs, in FLOPs and in training time."""
+    return [search for section in sections_of(runs) if section.has_tradeoff for search in section_searches(section)]
 
 
-def searches(study: str, records_dir: str | Path) -> list[Search]:
-    """The recipe search of every tradeoff section of `study`'s records, in FLOPs and in training time."""
-    _, runs, _ = study_runs(study, records_dir)
-    sections = [section for section in sections_of(runs) if section.has_tradeoff]
-    return [greedy_search(section, unit, registry_conflict) for section in sections for unit in UNITS]
-
-
-def missing_runs(study: str, records_dir: str | Path) -> int:
-    """How many runs of the study's own grid its records lack."""
+def missing_runs(study: str, runs: list[RunRecord]) -> int:
+    """How many runs of the study's own grid its runs (`study_runs`) lack."""
     from cadence_harness.grid import expand
 
-    _, runs, _ = study_runs(study, records_dir)
     done = {run.config_hash for run in runs}
     return sum(spec.config_hash not in done for spec in expand(load_recipe(study)))
 
@@ -55,11 +51,6 @@ def pending_runs(found: list[Search]) -> list[tuple[int, tuple[str, ...]]]:
     return [(seeds, tuple(arms.values())) for seeds, arms in sorted(wanted.items()) if arms]
 
 
-def grid_command(study: str, seeds: int, combinations: tuple[str, ...]) -> str:
-    combos = " ".join(f"--combination {arm}" for arm in combinations)
-    return f"cadence-bench grid {study} --arms baseline {combos} --seeds {seeds}"
-
-
 def run_search(
     study: str,
     *,
@@ -72,41 +63,41 @@ def run_search(
     """Alternate reading the search and running what it waits for (`run_grid` with `grid_options`);
     prints each step and, at the end, each search's outcome. Returns a process exit code."""
     asked: set[tuple[int, tuple[str, ...]]] = set()
+
+    def run_once(key: tuple[int, tuple[str, ...]], recipe: Recipe, again: str) -> bool:
+        """Run `recipe`'s grid unless `key` ran before (then say `again`); False: stop the search."""
+        if key in asked:
+            print(f"{again}; stopping ({study})")
+            return False
+        asked.add(key)
+        result = run_grid(recipe, records_dir=records_dir, **grid_options)
+        print(result.summary(), flush=True)
+        return not result.failed
+
     for _ in range(max_rounds):
-        missing = missing_runs(study, records_dir)
+        _, runs, _ = study_runs(study, records_dir)
+        missing = missing_runs(study, runs)
         if missing:  # the search reads the study's complete curves: its own grid comes first
             print(
                 f"the study's own grid lacks {missing} runs, which come first: cadence-bench grid {study}", flush=True
             )
             if dry_run:
                 return 0
-            if (0, ()) in asked:
-                print(f"these runs were made, yet the study still lacks them; stopping ({study})")
-                return 1
-            asked.add((0, ()))
-            result = run_grid(load_recipe(study), records_dir=records_dir, **grid_options)
-            print(result.summary(), flush=True)
-            if result.failed:
+            if not run_once((0, ()), load_recipe(study), "these runs were made, yet the study still lacks them"):
                 return 1
             continue
-        found = searches(study, records_dir)
+        found = searches(runs)
         batches = pending_runs(found)
         if not batches:
             print("\n\n".join(search.markdown() for search in found) or f"{study}: no tradeoff curves to search")
             return 0
         for seeds, combinations in batches:
-            print(f"the search waits for: {grid_command(study, seeds, combinations)}", flush=True)
+            print(f"the search waits for: {grid_command(study, combinations, seeds)}", flush=True)
             if dry_run:
                 continue
-            if (seeds, combinations) in asked:
-                print(f"these runs were made, yet the search asks for them again; stopping ({study})")
-                return 1
-            asked.add((seeds, combinations))
             grid = {"arms": ["baseline"], "combinations": [arm.split("+") for arm in combinations]}
             recipe = load_recipe(study, {"seeds": seeds}, grid=grid)
-            result = run_grid(recipe, records_dir=records_dir, **grid_options)
-            print(result.summary(), flush=True)
-            if result.failed:
+            if not run_once((seeds, combinations), recipe, "these runs were made, yet the search asks for them again"):
                 return 1
         if dry_run:
             return 0

@@ -235,9 +235,9 @@ def section_markdown(section: Section) -> str:
 
 def recipe_markdown(section: Section) -> str:
     """The greedy recipe search over the section's arms, in FLOPs and in time (`cadence_harness.recipe_search`)."""
-    from cadence_harness.recipe_search import greedy_search, registry_conflict
+    from cadence_harness.recipe_search import section_searches
 
-    return "\n\n".join(greedy_search(section, unit, registry_conflict).markdown() for unit in ("flops", "train_s"))
+    return "\n\n".join(search.markdown() for search in section_searches(section))
 
 
 # CSV -------------------------------------------------------------------------------------------

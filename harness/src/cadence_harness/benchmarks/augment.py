@@ -166,6 +166,23 @@ def _images(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return (images * 255).round().to(torch.uint8) if dtype == torch.uint8 else images
 
 
+def _batched_and_pil(
+    batched: Callable[..., Any],
+    pil: Callable[[torch.Tensor, Any], torch.Tensor] | None,
+    images: torch.Tensor,
+    generator: torch.Generator,
+) -> dict[str, Callable[[], Any]]:
+    """The timed calls on `images`: the batched function (drawing from `generator`) and, with Pillow and
+    NumPy, the PIL per-image path (NumPy's legacy RNG, seeded 0)."""
+    calls: dict[str, Callable[[], Any]] = {"batched": lambda: batched(images, generator=generator)}
+    if pil is not None:
+        import numpy as np
+
+        rng = np.random.RandomState(0)
+        calls["pil"] = lambda: pil(images, rng)
+    return calls
+
+
 def batched_vs_per_image(
     repeats: int = REPEATS, shapes: Sequence[Sequence[int]] = SHAPES, clock: str = "wall"
 ) -> list[tuple[str, str, float | None, float | None, float | None]]:
@@ -183,13 +200,8 @@ def batched_vs_per_image(
             generator = torch.Generator().manual_seed(0)
             calls = {
                 "loop": lambda f=per_image, x=images, g=generator: [f(image, generator=g) for image in x],
-                "batched": lambda f=batched, x=images, g=generator: f(x, generator=g),
+                **_batched_and_pil(batched, pil, images, generator),
             }
-            if pil is not None:
-                import numpy as np
-
-                rng = np.random.RandomState(0)
-                calls["pil"] = lambda f=pil, x=images, r=rng: f(x, r)
             timings = _median_ms(calls, repeats, clock)
             rows.append((method, label, timings.get("pil"), timings["loop"], timings["batched"]))
     return rows
@@ -217,9 +229,8 @@ def method_costs(repeats: int = REPEATS, clock: str = "wall") -> list[tuple[str,
 
 def _line(sizes: Sequence[int], costs: Sequence[float]) -> tuple[float, float]:
     """Least-squares (per-call cost, per-sample cost) of costs measured at batch sizes `sizes`."""
-    mean_n, mean_cost = statistics.fmean(sizes), statistics.fmean(costs)
-    slope = sum((n - mean_n) * (c - mean_cost) for n, c in zip(sizes, costs)) / sum((n - mean_n) ** 2 for n in sizes)
-    return mean_cost - slope * mean_n, slope
+    slope, intercept = statistics.linear_regression(sizes, costs)
+    return intercept, slope
 
 
 def cost_lines(
@@ -238,13 +249,7 @@ def cost_lines(
             continue
         costs: dict[str, list[float]] = {"batched": [], "pil": []}
         for n in sizes:
-            images, generator = _images((n, *image), torch.uint8), torch.Generator().manual_seed(0)
-            calls = {"batched": lambda f=batched, x=images, g=generator: f(x, generator=g)}
-            if pil is not None:
-                import numpy as np
-
-                rng = np.random.RandomState(0)
-                calls["pil"] = lambda f=pil, x=images, r=rng: f(x, r)
+            calls = _batched_and_pil(batched, pil, _images((n, *image), torch.uint8), torch.Generator().manual_seed(0))
             for name, cost in _median_ms(calls, repeats, clock).items():
                 costs[name].append(cost)
         fixed, per_sample = _line(sizes, costs["batched"])
