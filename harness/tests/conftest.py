@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,9 +126,11 @@ def log_run(
     *,
     params: Mapping[str, Any] | None = None,
     command: str = "cadence-bench grid known.toml",
+    cycles: Sequence[tuple[float, float]] = (),
 ) -> str:
     """One finished run of `spec`: `accuracy` at its end after `cost` seconds of training (1e9·`cost` FLOPs), and
-    two evaluations."""
+    two evaluations; for a cyclic run, an evaluation at each cycle's end with its (accuracy, cost so far) from
+    `cycles`, the last being the run's end."""
     logger = MLFlowLogger(
         experiment_name=spec.experiment,
         run_name=spec.run_name,
@@ -138,15 +140,20 @@ def log_run(
     logger.log_hyperparameters(
         {**RUN_PARAMS, "duration": spec.recipe.duration, "subset": spec.recipe.subset, **(params or {})}
     )
-    for step, share in ((5, 0.5), (10, 1.0)):
+    points = [(accuracy - 0.1, cost * 0.5, {}), (accuracy, cost, {})]
+    if cycles:
+        points = [(acc, spent, {"curve/cycle_end": float(i)}) for i, (acc, spent) in enumerate(cycles, 1)]
+        accuracy, cost = cycles[-1]
+    for step, (acc, spent, extra) in enumerate(points, 1):
         logger.log_metrics(
             {
-                "metrics/eval/MulticlassAccuracy": accuracy - (0.1 if share < 1 else 0.0),
-                "time/train_s": cost * share,
-                "time/cpu_s": 2 * cost * share,
-                "cost/flops": 1e9 * cost * share,
+                "metrics/eval/MulticlassAccuracy": acc,
+                "time/train_s": spent,
+                "time/cpu_s": 2 * spent,
+                "cost/flops": 1e9 * spent,
+                **extra,
             },
-            step=step,
+            step=5 * step,
         )
     final = {
         "final/accuracy": accuracy,
@@ -157,7 +164,7 @@ def log_run(
         "final/samples_per_s": 1000 / cost,
         "final/peak_memory_mb": 100.0,
     }
-    logger.log_metrics(final, step=10)
+    logger.log_metrics(final, step=5 * len(points))
     logger.finish("FINISHED")
     return str(logger.run_id)
 

@@ -17,12 +17,18 @@ COSTS = [1.0, 2.0, 4.0]
 
 
 def _curve(
-    arm: str, accuracy: list[float], costs: list[float] = COSTS, jitter: float = 0.0, seeds: tuple[int, ...] = (0, 1, 2)
+    arm: str,
+    accuracy: list[float],
+    costs: list[float] = COSTS,
+    jitter: float = 0.0,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    cyclic: bool = False,
 ) -> Curve:
     acc = np.array([[a + jitter * (s - 1) for a in accuracy] for s in seeds])
     cost = np.array([costs for _ in seeds])
     budgets = ["1ep", "2ep", "4ep"]
-    return Curve(arm, f"h-{arm}", "h-baseline", "fam", False, budgets, list(seeds), acc, {"flops": cost})
+    tag = "-cyclic" if cyclic else ""
+    return Curve(arm, f"h-{arm}{tag}", f"h-baseline{tag}", "fam", cyclic, budgets, list(seeds), acc, {"flops": cost})
 
 
 BASE = [0.50, 0.60, 0.70]
@@ -124,6 +130,40 @@ def test_a_candidate_screened_under_another_spelling_is_confirmed_under_that_spe
     assert confirmed.rounds[0].chosen == "a+b" and confirmed.speedup is not None and confirmed.speedup.n == 3
     both_orders = greedy_search(_section(*singles, _curve("a+b", [0.70, 0.75, 0.80]), screened), "flops")
     assert both_orders.rounds[0].chosen == "a+b"  # whichever comes first in the section
+
+
+def test_with_the_baselines_cyclic_curve_a_candidate_is_screened_by_one_cyclic_run_and_confirmed_by_the_sweep() -> None:
+    """Portes et al.: one cyclic run gives a whole curve for the cost of its longest budget. A screen is read
+    against the baseline's cyclic curve (like for like), and a recipe only ever by the sweep on every seed."""
+    singles = (_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75]))
+    cyclic_base = _curve("baseline", [0.55, 0.65, 0.75], cyclic=True)  # above the sweep: its best is 0.75
+    search = greedy_search(_section(*singles, cyclic_base), "flops")
+    assert search.screen == "cyclic" and search.to_run == ["a+b"] and not search.confirming
+    assert search.command().endswith("--combination a+b --seeds 1 --curve cyclic --data-dir ../shared/data")
+    assert "once these run on seed 0 (screening), one cyclic run each" in search.markdown()
+    # 0.75 halfway from cost 1 to 2 in log cost against the cyclic baseline's 4: 2.83x, more than a's 2x
+    # (against the sweep's best, 0.70, it would be above it from its shortest budget on)
+    screened = _curve("a+b", [0.70, 0.80, 0.85], seeds=(0,), cyclic=True)
+    search = greedy_search(_section(*singles, cyclic_base, screened), "flops")
+    tried = dict(search.rounds[0].tried)["a+b"]
+    assert tried is not None and tried.value == pytest.approx(2 * 2**0.5) and tried.cyclic
+    assert tried.format() == "2.83x (1 seed: no interval), cyclic screen"
+    assert search.rounds[0].confirming == "a+b" and search.confirming  # by the sweep, on all 3 seeds
+    assert search.command().endswith("--combination a+b --seeds 3 --data-dir ../shared/data")
+    # a cyclic screen on every seed is still only a screen: the sweep decides
+    everywhere = _curve("a+b", [0.70, 0.80, 0.85], cyclic=True)
+    assert greedy_search(_section(*singles, cyclic_base, everywhere), "flops").rounds[0].confirming == "a+b"
+    swept = _curve("a+b", [0.70, 0.75, 0.80])  # 4x on every seed, against the sweep
+    search = greedy_search(_section(*singles, cyclic_base, screened, swept), "flops")
+    assert search.rounds[0].chosen == "a+b" and search.speedup is not None and not search.speedup.cyclic
+    assert search.speedup.value == pytest.approx(4.0) and search.speedup.n == 3
+
+
+def test_without_the_baselines_cyclic_curve_candidates_are_screened_by_the_sweep() -> None:
+    singles = (_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75]))
+    cyclic_screen = _curve("a+b", [0.65, 0.75, 0.80], seeds=(0,), cyclic=True)  # nothing to read it against
+    search = greedy_search(_section(*singles, cyclic_screen), "flops")
+    assert search.screen == "sweep" and search.to_run == ["a+b"] and "--curve" not in search.command()
 
 
 def test_methods_that_cannot_run_together_are_not_candidates() -> None:

@@ -29,22 +29,28 @@ KNOWN = {
 }
 
 
+PAIR = ["label_smoothing+channels_last"]  # the combination the searches screen and confirm
+
+
 class RecordingGrid:
     """`run_grid`'s contract for the search: runs the recipe's grid, minus what the records hold, and appends
-    each run to the records; here each run gets its arm's known numbers (seed 1 +0.01, seed 2 -0.01)."""
+    each run to the records; here each run gets its arm's known numbers (seed 1 +0.01, seed 2 -0.01), a
+    cyclic run those of each budget at its cycle's end."""
 
     def __init__(self, uri: str, run_logger: Any, writes: bool = True):
         self.uri, self.run_logger, self.writes = uri, run_logger, writes
-        self.calls: list[tuple[int, list[str]]] = []
+        self.calls: list[tuple[int, str, list[str]]] = []
 
     def __call__(self, recipe: Recipe, *, records_dir: Path, **options: Any) -> GridResult:
-        self.calls.append((len(recipe.seeds), sorted({spec.arm_name for spec in expand(recipe)} - {"baseline"})))
+        arms = sorted({spec.arm_name for spec in expand(recipe)} - {"baseline"})
+        self.calls.append((len(recipe.seeds), recipe.curve, arms))
         path = records_file(records_dir, recipe.name)
         done = {record.config_hash for record in read_records([path])} if path.is_file() else set()
         specs = [spec for spec in expand(recipe) if spec.config_hash not in done]
         for spec in specs if self.writes else []:
-            accuracy, cost = KNOWN[spec.arm_name][spec.recipe.duration]
-            self.run_logger(self.uri, spec, accuracy + (0, 0.01, -0.01)[spec.seed], cost * (1 + 0.05 * spec.seed))
+            points = [KNOWN[spec.arm_name][budget] for budget in spec.cycles or (spec.recipe.duration,)]
+            points = [(acc + (0, 0.01, -0.01)[spec.seed], cost * (1 + 0.05 * spec.seed)) for acc, cost in points]
+            self.run_logger(self.uri, spec, *points[-1], cycles=points if spec.cycles else ())
         export_runs(self.uri, recipe.name, path)
         return GridResult(planned=len(specs), finished=specs if self.writes else [])
 
@@ -79,7 +85,7 @@ def test_the_search_screens_confirms_and_ends_with_its_recipe(
     grid = RecordingGrid(tracking_uri, run_logger)
     assert run_search(path, records_dir=records, run_grid=grid) == 0
     # screened on seed 0, then confirmed on all 3; the FLOPs and the time searches ask for the same arm once
-    assert grid.calls == [(1, ["label_smoothing+channels_last"]), (3, ["label_smoothing+channels_last"])]
+    assert grid.calls == [(1, "sweep", PAIR), (3, "sweep", PAIR)]
     out = capsys.readouterr().out
     assert "the search waits for: cadence-bench grid" in out and "--combination label_smoothing+channels_last" in out
     assert "Best recipe so far: **label_smoothing+channels_last**" in out and "it qualifies" in out
@@ -101,8 +107,29 @@ def test_the_studys_own_grid_is_completed_before_the_search_reads_its_curves(
     assert f"the study's own grid lacks 1 runs, which come first: cadence-bench grid {path}" in capsys.readouterr().out
     grid = RecordingGrid(tracking_uri, run_logger)
     assert run_search(path, records_dir=records, run_grid=grid) == 0
-    assert grid.calls[0] == (3, ["channels_last", "label_smoothing"])  # the study's grid: every arm, every seed
-    assert grid.calls[1:] == [(1, ["label_smoothing+channels_last"]), (3, ["label_smoothing+channels_last"])]
+    assert grid.calls[0] == (3, "sweep", ["channels_last", "label_smoothing"])  # the study's grid: every arm and seed
+    assert grid.calls[1:] == [(1, "sweep", PAIR), (3, "sweep", PAIR)]
+
+
+def test_with_the_baselines_cyclic_curve_a_round_is_screened_by_cyclic_runs_and_its_leader_confirmed_by_the_sweep(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = study
+    cyclic_baseline = load_recipe(path, {"curve": "cyclic"}, grid={"arms": ["baseline"], "combinations": []})
+    RecordingGrid(tracking_uri, run_logger)(cyclic_baseline, records_dir=records)  # the study's cyclic check
+    grid = RecordingGrid(tracking_uri, run_logger)
+    assert run_search(path, records_dir=records, run_grid=grid) == 0
+    assert grid.calls == [(1, "cyclic", PAIR), (3, "sweep", PAIR)]
+    out = capsys.readouterr().out
+    assert "--combination label_smoothing+channels_last --seeds 1 --curve cyclic" in out
+    # the recipe is read off the sweep on every seed, not the screen
+    assert "Round 1, from label_smoothing: label_smoothing+channels_last: >= 4.00x" in out and "screen" not in out
+    assert "Best recipe so far: **label_smoothing+channels_last**" in out and "it qualifies" in out
+    kept = [r for r in read_records([records_file(records, "searched")]) if r.arm == "label_smoothing+channels_last"]
+    assert (
+        sorted((r.seed, bool(r.cycles)) for r in kept)
+        == [(0, False)] * 3 + [(0, True)] + [(1, False)] * 3 + [(2, False)] * 3
+    )
 
 
 def test_a_dry_run_names_the_next_runs_and_runs_nothing(

@@ -196,7 +196,8 @@ def test_a_study_keeps_the_baselines_cyclic_curve_made_with_its_settings(
     tmp_path: Path, tracking_uri: str, run_logger: Any, counted: list[int], tiny_recipe_file: Any
 ) -> None:
     """`grid STUDY --curve cyclic --arms baseline` runs the baseline's cyclic curve, which the study's report
-    checks against the sweep; a cyclic run of another arm or with other settings stays out."""
+    checks against the sweep, and the recipe search screens combinations by cyclic runs: both belong to the
+    study. A cyclic run of an arm of the recipe's own grid (a sweep) or with other settings stays out."""
     from cadence_harness.budgets import cycles_of
     from cadence_harness.study import study_runs
 
@@ -205,12 +206,17 @@ def test_a_study_keeps_the_baselines_cyclic_curve_made_with_its_settings(
     recipe = load_recipe(path)
     cyclic = [s for s in expand(load_recipe(path, {"curve": "cyclic"})) if cycles_of(s.recipe)]
     assert sorted(s.arm_name for s in cyclic) == ["baseline", "baseline", "count", "count"]
-    for spec in [*expand(recipe), *cyclic]:
+    combination = {"arms": ["baseline"], "combinations": [["count", "label_smoothing"]]}
+    screens = expand(load_recipe(path, {"curve": "cyclic", "seeds": 1}, grid=combination))
+    screen = [s for s in screens if s.arm_name == "count+label_smoothing"]
+    assert len(screen) == 1 and cycles_of(screen[0].recipe)  # seed 0, one cyclic run
+    for spec in [*expand(recipe), *cyclic, *screen]:
         run_logger(tracking_uri, spec, 0.5, 10.0)
     other = dataclasses.replace(cyclic[0].recipe, subset=4)
     run_logger(tracking_uri, RunSpec(other, (), 0), 0.9, 1.0)
     export_runs(tracking_uri, "tiny", tmp_path / "runs" / "tiny.jsonl")
     _, kept, note = study_runs(path, tmp_path / "runs")
-    assert "10 of the 13 runs" in note  # the sweep's 8 and the baseline's 2 cyclic runs
+    assert "11 of the 14 runs" in note  # the sweep's 8, the baseline's 2 cyclic runs and the screen
     baseline_cyclic = {s.config_hash for s in cyclic if s.arm_name == "baseline"}
-    assert {r.config_hash for r in kept} == {s.config_hash for s in expand(recipe)} | baseline_cyclic
+    own = {s.config_hash for s in expand(recipe)}
+    assert {r.config_hash for r in kept} == own | baseline_cyclic | {screen[0].config_hash}

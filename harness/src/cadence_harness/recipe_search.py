@@ -18,6 +18,14 @@ leader, if it beats the recipe, runs on all the baseline's seeds before it joins
 speed-up is then read again on every seed, so a candidate that led by luck falls back and the next
 one is confirmed in turn; a recipe is only ever judged on every seed, with its interval.
 
+Where the study holds its baseline's cyclic curve (one run per seed whose learning rate decays fully at
+every budget, Portes et al. 2022, which the report checks against the sweep), a candidate is screened
+by one cyclic run on seed 0 instead of one run per budget: a whole curve for the cost of its longest
+budget alone (16 epochs instead of 2 + 4 + 8 + 16 = 30). Its speed-up is read against the baseline's
+cyclic curve of the same seed, like for like, and only ever ranks candidates: the leader is confirmed
+by the sweep on every seed, which is what a recipe is judged by. A candidate with a sweep is read from
+its sweep.
+
 A round whose runs are missing stops the search there and names them, with the ``cadence-bench
 grid`` command that runs them (the grid appends them to the same records, and the next search
 continues where this one stopped). Nothing is extrapolated: a curve that never reaches the target
@@ -64,6 +72,7 @@ class TargetSpeedup:
     low: float | None = None
     high: float | None = None
     at_least: float | None = None  # the mean curve is above the target already at its shortest budget
+    cyclic: bool = False  # read off cyclic curves (a screen), not sweeps
 
     @property
     def estimate(self) -> float | None:
@@ -75,6 +84,9 @@ class TargetSpeedup:
         return estimate is not None and estimate >= ratio and self.low is not None and self.low > 1
 
     def format(self) -> str:
+        return self._format() + (", cyclic screen" if self.cyclic else "")
+
+    def _format(self) -> str:
         if self.value is None and self.at_least is not None:
             interval = f" [{self.low:.2f}, unbounded]" if self.low is not None else f" ({self.n} seed: no interval)"
             return f">= {self.at_least:.2f}x (above {self.target:.1%} already at its shortest budget){interval}"
@@ -115,7 +127,7 @@ def speedup_at_baseline_best(
     at_least = math.exp(low) if value is None and math.isinf(high) else None
     if len(a_acc) < 2:
         bound = math.exp(high) if value is None and at_least is None else None
-        return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least)
+        return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least, arm.cyclic)
     interval = bootstrap_interval(
         lambda r: _ratio(b_cost[r].mean(0), b_acc[r].mean(0), a_cost[r].mean(0), a_acc[r].mean(0)),
         len(a_acc),
@@ -123,7 +135,7 @@ def speedup_at_baseline_best(
         resamples,
         seed,
     )
-    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, *interval, at_least=at_least)
+    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, *interval, at_least=at_least, cyclic=arm.cyclic)
 
 
 @dataclass
@@ -147,10 +159,16 @@ class Search:
     to_run: list[str] = field(default_factory=list)  # combinations the next round needs
     seeds: int = 1  # the baseline's: a candidate joins the recipe only once it has run all of them
     confirming: bool = False  # `to_run` is a leader to run on every seed, not candidates to screen
+    screen: str = "sweep"  # how candidates are screened: "cyclic" where the baseline has a cyclic curve
+
+    @property
+    def curve(self) -> str:
+        """How `to_run` runs: a sweep to confirm a leader, else as candidates are screened."""
+        return "sweep" if self.confirming else self.screen
 
     def command(self) -> str:
         seeds = self.seeds if self.confirming else 1
-        return grid_command(self.study, self.to_run, seeds) + " --data-dir ../shared/data"
+        return grid_command(self.study, self.to_run, seeds, self.curve) + " --data-dir ../shared/data"
 
     def markdown(self) -> str:
         unit = COSTS[self.unit]
@@ -177,6 +195,7 @@ class Search:
             ]
         if self.to_run:
             what = f"on all {self.seeds} seeds" if self.confirming else "on seed 0 (screening)"
+            what += ", one cyclic run each" if self.curve == "cyclic" else ""
             lines += ["", f"The search continues once these run {what}: `{self.command()}`."]
             lines[-1] += f" `cadence-bench grid {self.study} --search` runs this round and the ones after it."
         if self.speedup is not None:
@@ -193,10 +212,12 @@ class Search:
         return "\n".join(lines)
 
 
-def grid_command(study: str, combinations: Sequence[str], seeds: int) -> str:
-    """The ``cadence-bench grid`` command that runs `combinations` beside the baseline on `seeds` seeds."""
+def grid_command(study: str, combinations: Sequence[str], seeds: int, curve: str = "sweep") -> str:
+    """The ``cadence-bench grid`` command that runs `combinations` beside the baseline on `seeds` seeds,
+    one run per budget (`curve` "sweep") or one cyclic run each ("cyclic")."""
     combos = " ".join(f"--combination {arm}" for arm in combinations)
-    return f"cadence-bench grid {study} --arms baseline {combos} --seeds {seeds}"
+    cyclic = " --curve cyclic" if curve == "cyclic" else ""
+    return f"cadence-bench grid {study} --arms baseline {combos} --seeds {seeds}{cyclic}"
 
 
 def registry_conflict(methods: tuple[str, ...]) -> str | None:
@@ -214,14 +235,14 @@ def registry_conflict(methods: tuple[str, ...]) -> str | None:
     return None
 
 
-def _by_methods(curves: Sequence[Curve]) -> dict[frozenset[str], Curve]:
-    """Each arm's curve by its set of methods. An arm run under two spellings (``a+b`` and ``b+a``: the
-    same methods, listed in another order, which the grid runs as another configuration) counts once,
-    by its curve on the most seeds."""
+def _by_methods(curves: Sequence[Curve], cyclic: bool = False) -> dict[frozenset[str], Curve]:
+    """Each arm's sweep (or `cyclic`) curve by its set of methods. An arm run under two spellings (``a+b``
+    and ``b+a``: the same methods, listed in another order, which the grid runs as another
+    configuration) counts once, by its curve on the most seeds."""
     found: dict[frozenset[str], Curve] = {}
     for curve in curves:
         methods = frozenset(curve.arm.split("+"))
-        if not curve.cyclic and curve.arm != "baseline" and (methods not in found or curve.n > found[methods].n):
+        if curve.cyclic == cyclic and curve.arm != "baseline" and (methods not in found or curve.n > found[methods].n):
             found[methods] = curve
     return found
 
@@ -246,6 +267,9 @@ def greedy_search(
         return search
     search.seeds = base.n
     curves = _by_methods(section.curves)
+    cyclic_base = next((c for c in section.curves if c.arm == "baseline" and c.cyclic), None)
+    screens = _by_methods(section.curves, cyclic=True) if cyclic_base is not None else {}
+    search.screen = "cyclic" if cyclic_base is not None else "sweep"
     eligible: list[tuple[str, TargetSpeedup | None]] = []
     for methods, curve in sorted(curves.items(), key=lambda item: item[1].arm):
         if len(methods) != 1:
@@ -266,18 +290,19 @@ def greedy_search(
         for method, _ in eligible:
             if method in search.recipe or (conflict and conflict((*search.recipe, method))):
                 continue
-            curve = curves.get(frozenset((*search.recipe, method)))
+            methods = frozenset((*search.recipe, method))
+            curve, against = (curves[methods], base) if methods in curves else (screens.get(methods), cyclic_base)
             arm = curve.arm if curve else "+".join((*search.recipe, method))  # a screened arm keeps its spelling
             if curve is None:
                 missing.append(arm)
-            round_.tried.append((arm, speedup_at_baseline_best(curve, base, unit) if curve else None))
+            round_.tried.append((arm, speedup_at_baseline_best(curve, against, unit) if curve and against else None))
         if missing:
             search.to_run = missing
             return search
         best = max(round_.tried, key=lambda item: _rank(item[1]), default=None)
         if best is None or best[1] is None or best[1].estimate is None or _rank(best[1]) <= _rank(search.speedup):
             return search  # nothing better, or only a bound: a curve that never reaches the target never joins
-        if best[1].n < base.n:  # the leader on fewer seeds: confirm it on all
+        if best[1].n < base.n or best[1].cyclic:  # the leader screened only: confirm it by the sweep on all seeds
             round_.confirming, search.to_run, search.confirming = best[0], [best[0]], True
             return search
         round_.chosen = best[0]

@@ -4,8 +4,9 @@
 them. This module closes the loop. It first completes the study's own grid, whose curves the search
 reads (a search on a partial study would screen against a provisional target). Then it reads the
 study's records (as ``report --study`` does), runs the search in FLOPs and in training time, runs
-the combinations either one waits for with the grid (on seed 0 to screen a round, on all the
-baseline's seeds to confirm a leader), whose runs are appended to the same records, and reads again,
+the combinations either one waits for with the grid (on seed 0 to screen a round, by one cyclic run
+each where the study has its baseline's cyclic curve; by the sweep on all the baseline's seeds to
+confirm a leader), whose runs are appended to the same records, and reads again,
 until neither search waits for anything. Interrupted, it continues where it stopped: the grid skips
 the runs the records hold. A round that asks again for runs it has just made stops the loop (with
 exit code 1) instead of running forever.
@@ -39,16 +40,17 @@ def missing_runs(study: str, runs: list[RunRecord]) -> int:
     return sum(spec.config_hash not in done for spec in expand(load_recipe(study)))
 
 
-def pending_runs(found: list[Search]) -> list[tuple[int, tuple[str, ...]]]:
-    """(seeds, combinations) the searches wait for, fewest seeds first: screening (1 seed) before
-    confirmation (every seed). A combination that both units ask for runs once, in the first spelling
-    asked (``a+b`` and ``b+a`` are one arm to the search, which reads an arm as a set of methods)."""
-    wanted: dict[int, dict[frozenset[str], str]] = {}
+def pending_runs(found: list[Search]) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(seeds, curve, combinations) the searches wait for, fewest seeds first: screening (1 seed) before
+    confirmation (every seed, by the sweep). A combination that both units ask for runs once, in the
+    first spelling asked (``a+b`` and ``b+a`` are one arm to the search, which reads an arm as a set of
+    methods)."""
+    wanted: dict[tuple[int, str], dict[frozenset[str], str]] = {}
     for search in found:
-        arms = wanted.setdefault(search.seeds if search.confirming else 1, {})
+        arms = wanted.setdefault((search.seeds if search.confirming else 1, search.curve), {})
         for arm in search.to_run:
             arms.setdefault(frozenset(arm.split("+")), arm)
-    return [(seeds, tuple(arms.values())) for seeds, arms in sorted(wanted.items()) if arms]
+    return [(seeds, curve, tuple(arms.values())) for (seeds, curve), arms in sorted(wanted.items()) if arms]
 
 
 def run_search(
@@ -62,9 +64,9 @@ def run_search(
 ) -> int:
     """Alternate reading the search and running what it waits for (`run_grid` with `grid_options`);
     prints each step and, at the end, each search's outcome. Returns a process exit code."""
-    asked: set[tuple[int, tuple[str, ...]]] = set()
+    asked: set[tuple[int, str, tuple[str, ...]]] = set()
 
-    def run_once(key: tuple[int, tuple[str, ...]], recipe: Recipe, again: str) -> bool:
+    def run_once(key: tuple[int, str, tuple[str, ...]], recipe: Recipe, again: str) -> bool:
         """Run `recipe`'s grid unless `key` ran before (then say `again`); False: stop the search."""
         if key in asked:
             print(f"{again}; stopping ({study})")
@@ -83,7 +85,7 @@ def run_search(
             )
             if dry_run:
                 return 0
-            if not run_once((0, ()), load_recipe(study), "these runs were made, yet the study still lacks them"):
+            if not run_once((0, "", ()), load_recipe(study), "these runs were made, yet the study still lacks them"):
                 return 1
             continue
         found = searches(runs)
@@ -91,13 +93,14 @@ def run_search(
         if not batches:
             print("\n\n".join(search.markdown() for search in found) or f"{study}: no tradeoff curves to search")
             return 0
-        for seeds, combinations in batches:
-            print(f"the search waits for: {grid_command(study, combinations, seeds)}", flush=True)
+        for seeds, curve, combinations in batches:
+            print(f"the search waits for: {grid_command(study, combinations, seeds, curve)}", flush=True)
             if dry_run:
                 continue
             grid = {"arms": ["baseline"], "combinations": [arm.split("+") for arm in combinations]}
-            recipe = load_recipe(study, {"seeds": seeds}, grid=grid)
-            if not run_once((seeds, combinations), recipe, "these runs were made, yet the search asks for them again"):
+            recipe = load_recipe(study, {"seeds": seeds, "curve": curve}, grid=grid)
+            again = "these runs were made, yet the search asks for them again"
+            if not run_once((seeds, curve, combinations), recipe, again):
                 return 1
         if dry_run:
             return 0

@@ -3,10 +3,11 @@
 The method cards are written only from a study (`cadence-bench report --study NAME --cards`). Its
 runs are the records in that file whose configuration belongs, with the recipe's settings, to the
 grid of the recipe of the same name; to an arm added to that grid (``grid NAME --combination a+b``:
-the combinations the recipe search asks for); or to the baseline's cyclic curve (``grid NAME --curve
-cyclic --arms baseline --set grid.combinations=[]``), which the report checks against the sweep. Any
-other record there (a smoke run into the same experiment, a run of an older version of the recipe)
-is left out and counted, so a card never shows numbers the recipe did not produce.
+the combinations the recipe search asks for, as a sweep or, to screen them, as a cyclic curve); or to
+the baseline's cyclic curve (``grid NAME --curve cyclic --arms baseline --set grid.combinations=[]``),
+which the report checks against the sweep. Any other record there (a smoke run into the same
+experiment, a run of an older version of the recipe) is left out and counted, so a card never shows
+numbers the recipe did not produce.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord
             "runs finish (or pass --records FOLDER)"
         )
     runs = [r for r in read_records([path]) if r.experiment == recipe.name]
-    grid = {spec.config_hash for spec in expand(recipe)} | _cyclic_baseline(study, recipe)
-    grid |= _added_arms(study, {r.arm for r in runs if r.config_hash not in grid})
+    own = expand(recipe)
+    grid = {spec.config_hash for spec in own} | _cyclic_baseline(study, recipe)
+    grid |= _added_arms(study, recipe, {r.arm for r in runs if r.config_hash not in grid} - {s.arm_name for s in own})
     kept = [r for r in runs if r.config_hash in grid]
     note = f"study {recipe.name}: {len(kept)} of the {len(runs)} runs in {path} belong to the grid of its recipe"
     if len(kept) < len(runs):
@@ -69,16 +71,19 @@ def _cyclic_baseline(study: str, recipe: Recipe) -> set[str]:
     return {spec.config_hash for spec in expand(cyclic) if cycles_of(spec.recipe)}
 
 
-def _added_arms(study: str, arms: set[str]) -> set[str]:
-    """The config hashes of `arms` run with the recipe's settings, as ``grid STUDY --combination ARM`` runs
-    them; an arm the recipe cannot run (a method not installed here) adds nothing."""
+def _added_arms(study: str, recipe: Recipe, arms: set[str]) -> set[str]:
+    """The config hashes of `arms` (outside the recipe's own grid) run with the recipe's settings, as ``grid
+    STUDY --combination ARM`` runs them, and in a sweep study as ``... --curve cyclic`` too (the recipe
+    search's screens); an arm the recipe cannot run (a method not installed here) adds nothing."""
     from cadence_harness.grid import expand
 
+    curves = [{}, {"curve": "cyclic"}] if recipe.durations and recipe.curve != "cyclic" else [{}]
     hashes: set[str] = set()
     for arm in sorted(arms):
-        try:
-            recipe = load_recipe(study, grid={"arms": ["baseline"], "combinations": [arm.split("+")]})
-        except RecipeError:
-            continue
-        hashes |= {spec.config_hash for spec in expand(recipe) if spec.arm_name == arm}
+        for overrides in curves:
+            try:
+                added = load_recipe(study, overrides, grid={"arms": ["baseline"], "combinations": [arm.split("+")]})
+            except RecipeError:
+                break
+            hashes |= {spec.config_hash for spec in expand(added) if spec.arm_name == arm}
     return hashes
