@@ -267,7 +267,7 @@ def greedy_search(
         return search
     search.seeds = base.n
     curves = _by_methods(section.curves)
-    cyclic_base = next((c for c in section.curves if c.arm == "baseline" and c.cyclic), None)
+    cyclic_base = section.cyclic_curve("baseline")
     screens = _by_methods(section.curves, cyclic=True) if cyclic_base is not None else {}
     search.screen = "cyclic" if cyclic_base is not None else "sweep"
     eligible: list[tuple[str, TargetSpeedup | None]] = []

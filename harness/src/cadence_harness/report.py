@@ -203,6 +203,10 @@ class Section:
         """The arm's curve over its budgets (not its cyclic one), if the section has it."""
         return next((c for c in self.curves if c.arm == arm and not c.cyclic), None)
 
+    def cyclic_curve(self, arm: str) -> Curve | None:
+        """The arm's cyclic curve (one run per seed, its cycles ending at the budgets), if the section has it."""
+        return next((c for c in self.curves if c.arm == arm and c.cyclic), None)
+
     def speedups_of(self, curve: Curve, unit: str) -> list[Speedup]:
         """The curve's speedups at matched accuracy in `unit`, budget by budget (empty without a baseline)."""
         return self.speedups.get((curve.curve_hash, unit), [])

@@ -59,13 +59,19 @@ def studies_runs(given: Sequence[str], records_dir: str | Path) -> tuple[list[st
     return names, runs, notes
 
 
+def _sweeps(recipe: Recipe) -> bool:
+    """Whether the recipe's curves are duration sweeps, beside which cyclic runs check (the baseline's) or
+    screen (the recipe search's combinations) them."""
+    return bool(recipe.durations) and recipe.curve != "cyclic"
+
+
 def _cyclic_baseline(study: str, recipe: Recipe) -> set[str]:
     """The config hashes of the baseline's cyclic runs with the recipe's settings: kept, so that the study's
     report checks the cyclic curve against its sweep (Portes et al. 2022)."""
     from cadence_harness.budgets import cycles_of
     from cadence_harness.grid import expand
 
-    if not recipe.durations or recipe.curve == "cyclic":
+    if not _sweeps(recipe):
         return set()
     cyclic = load_recipe(study, {"curve": "cyclic"}, grid={"arms": ["baseline"], "combinations": []})
     return {spec.config_hash for spec in expand(cyclic) if cycles_of(spec.recipe)}
@@ -77,7 +83,7 @@ def _added_arms(study: str, recipe: Recipe, arms: set[str]) -> set[str]:
     search's screens); an arm the recipe cannot run (a method not installed here) adds nothing."""
     from cadence_harness.grid import expand
 
-    curves = [{}, {"curve": "cyclic"}] if recipe.durations and recipe.curve != "cyclic" else [{}]
+    curves = [{}, {"curve": "cyclic"}] if _sweeps(recipe) else [{}]
     hashes: set[str] = set()
     for arm in sorted(arms):
         for overrides in curves:
