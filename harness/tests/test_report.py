@@ -1,4 +1,5 @@
-"""`report` on a store with known runs: table numbers computed independently, plots, cards, index."""
+"""`report` on a store with known runs: table numbers computed independently, plots, cards, index; throughput
+and the fraction of the device's peak on records built here."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from scipy import stats as scipy_stats
 
 from cadence.loggers import MLFlowLogger
 from cadence_harness.cards import MARK_END, MARK_START, write_cards, write_index
+from cadence_harness.peaks import peak_flops, peak_fraction
 from cadence_harness.recipe import Recipe
-from cadence_harness.report import build_report, pareto_front
+from cadence_harness.records import RunRecord
+from cadence_harness.report import build_report, pareto_front, report_from_runs, summarize
 from cadence_harness.runspec import RunSpec
+from cadence_harness.tables import format_table, peak_note
 
 RECIPE = Recipe(
     name="known",
@@ -170,3 +174,108 @@ def test_a_card_without_markers_is_an_error(report: Any, tmp_path: Path) -> None
 def test_pareto_front_keeps_the_undominated_points() -> None:
     points = [(10.0, 80.0), (8.0, 83.0), (20.0, 70.0), (12.0, 85.0), (9.0, 82.0)]
     assert pareto_front(points) == [1, 3]
+
+
+# Throughput: model FLOP/s and the fraction of the device's peak ------------------------------
+H100, FLOPS = "NVIDIA H100 80GB HBM3", 4e14  # every run below does 4e14 training FLOPs
+GPU_RUNS = {(): [2.0, 2.5, 4.0], ("fast",): [1.0, 1.25, 2.0]}  # arm: train seconds per seed
+
+
+def gpu_record(arm: tuple[str, ...], seed: int, train_s: float, device: str = H100, **params: str) -> RunRecord:
+    """A finished run of `arm` on `device` in amp_bf16, the way a record line holds it (no MLflow, no training)."""
+    spec = RunSpec(RECIPE, arm, seed)
+    return RunRecord(
+        run_id=f"{spec.run_name}-{device}",
+        experiment="known",
+        tags={**spec.tags(), "cadence.command": "cadence-bench grid known.toml"},
+        params={"model": "tv/resnet20", "data": "digits", "duration": "2ep", "batch_size": "32"}
+        | {"target_accuracy": "0.8", "device_name": device, "precision": "amp_bf16", **params},
+        metrics={
+            "final/accuracy": 0.8 + 0.01 * seed,
+            "final/train_s": train_s,
+            "final/flops": FLOPS,
+            "final/samples_per_s": 1000 / train_s,
+            "final/reached_target": 1.0,
+            "final/time_to_target_s": train_s / 2,
+        },
+    )
+
+
+def log_t(values: list[float]) -> tuple[float, float]:
+    """The log-scale t-interval of positive values, computed here independently of `cadence_harness.stats`."""
+    logs = np.log(values)
+    factor = math.exp(t_half(list(logs)))
+    return statistics.mean(values) / factor, statistics.mean(values) * factor
+
+
+@pytest.mark.parametrize(
+    ("device", "precision", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", "amp_bf16", 989e12),
+        ("NVIDIA H100 80GB HBM3", "fp32", 67e12),
+        ("NVIDIA H100 PCIe", "amp_fp16", 756e12),
+        ("NVIDIA H200", "amp_bf16", 989e12),
+        ("NVIDIA A100-SXM4-80GB", "amp_bf16", 312e12),
+        ("NVIDIA A100-PCIE-40GB", "fp32", 19.5e12),
+        ("NVIDIA A100 80GB PCIe", "amp_bf16", 312e12),
+        ("NVIDIA H100 NVL", "amp_bf16", None),  # another board, other clocks: not guessed
+        ("NVIDIA H200 NVL", "amp_bf16", None),
+        ("NVIDIA GH200 480GB", "amp_bf16", None),
+        ("NVIDIA GeForce RTX 4090", "amp_bf16", None),
+        ("AMD EPYC", "fp32", None),
+        ("NVIDIA H100 80GB HBM3", "fp8", None),  # a precision the table does not hold
+    ],
+)
+def test_device_peaks_are_looked_up_by_name_and_precision(device: str, precision: str, peak: float | None) -> None:
+    assert peak_flops(device, precision) == peak
+    assert peak_fraction(1e12, device, precision) == (None if peak is None else 1e12 / peak)
+
+
+def test_rows_carry_model_flops_per_second_and_the_fraction_of_peak() -> None:
+    runs = [gpu_record(arm, seed, t) for arm, times in GPU_RUNS.items() for seed, t in enumerate(times)]
+    rows = {s.arm: s for s in summarize(runs)}
+    for arm, times in GPU_RUNS.items():
+        row, rates = rows["+".join(arm) or "baseline"], [FLOPS / t for t in times]
+        assert math.isclose(row.flops_per_s.mean, statistics.mean(rates))
+        assert np.allclose([row.flops_per_s.low, row.flops_per_s.high], log_t(rates))
+        assert math.isclose(row.peak_fraction.mean, statistics.mean(rates) / 989e12)
+    (cpu_row,) = summarize([gpu_record((), seed, 100.0, "AMD EPYC", precision="fp32") for seed in (0, 1)])
+    assert cpu_row.flops_per_s.n == 2 and cpu_row.peak_fraction.n == 0
+
+    base = rows["baseline"]
+    table = format_table([base, rows["fast"]], throughput=True)
+    assert "| model TFLOP/s | % of peak |" in table
+    tflops, percent = base.flops_per_s.format(scale=1e-12, digits=3), base.peak_fraction.format(scale=100, digits=1)
+    assert f"| {base.samples_per_s.format(digits=0)} | {tflops} | {percent} |" in table
+    assert f"{statistics.mean([FLOPS / t for t in GPU_RUNS[()]]) / 989e12 * 100:.1f}" in percent
+    assert "model TFLOP/s" not in format_table([base])  # a card's table stays as it was
+    reach = base.time_to_target.format(digits=1)
+    assert f"| {reach} (3/3) |" in table  # time to target: mean and interval over seeds, and how many reached it
+    assert "NVIDIA H100 80GB HBM3 in amp_bf16, 989 TFLOP/s (NVIDIA H100 Tensor Core GPU datasheet" in peak_note([base])
+    assert format_table([cpu_row], throughput=True).split("\n")[2].split(" | ")[11] == "—"
+    assert "% of peak: — for AMD EPYC" in peak_note([cpu_row])
+
+
+def test_a_fraction_of_peak_needs_every_runs_peak() -> None:
+    known = [gpu_record((), 0, 2.0), gpu_record((), 1, 2.0, "NVIDIA H100 PCIe")]
+    (row,) = summarize(known)
+    assert math.isclose(row.peak_fraction.mean, (2e14 / 989e12 + 2e14 / 756e12) / 2)  # each run against its own card
+    (row,) = summarize([*known, gpu_record((), 2, 2.0, "NVIDIA L4")])
+    assert row.flops_per_s.n == 3 and row.peak_fraction.n == 0  # one unknown card: no fraction for the row
+
+
+def test_the_report_and_index_show_throughput_and_the_cards_do_not(tmp_path: Path) -> None:
+    runs = [gpu_record(arm, seed, t) for arm, times in GPU_RUNS.items() for seed, t in enumerate(times)]
+    report = report_from_runs(runs, out_dir=tmp_path / "report", plots=False)
+    assert "| model TFLOP/s | % of peak |" in report.markdown and "989 TFLOP/s" in report.markdown
+    header = (tmp_path / "report" / "summary.csv").read_text().splitlines()[0]
+    assert header.endswith(",samples_per_s,flops_per_s,peak_fraction")
+    root = tmp_path / "repo" / "packages" / "methods"
+    (root / "fast").mkdir(parents=True)
+    (root / "fast" / "card.md").write_text(f"# Fast\n{MARK_START}\n{MARK_END}\n")
+    (card,) = write_cards(report.summaries, methods_root=root, sections=report.sections, plots_link_prefix=None)
+    assert "| fast | 3 |" in card.read_text() and "TFLOP/s" not in card.read_text()
+    index = write_index(
+        report.summaries, methods_root=root, index_path=tmp_path / "repo" / "INDEX.md", sections=report.sections
+    )
+    assert "| model TFLOP/s | % of peak |" in index.read_text() and "989 TFLOP/s" in index.read_text()

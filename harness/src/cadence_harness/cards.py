@@ -24,7 +24,7 @@ from typing import Any
 from cadence_harness.claims import claim_table, parse_claims
 from cadence_harness.recipe_checks import RecipeError
 from cadence_harness.report import ArmSummary, Section
-from cadence_harness.tables import describe, format_table, recipe_markdown, tradeoff_markdown
+from cadence_harness.tables import describe, format_table, peak_note, recipe_markdown, tradeoff_markdown
 from cadence_harness.tradeoff import pareto_points, verdict
 
 __all__ = ["MARK_END", "MARK_START", "eligible_sections", "replace_results", "write_cards", "write_index"]
@@ -115,10 +115,18 @@ def _only(section: Section, method: str) -> Section:
 
 
 def experiment_section(
-    section: Section, plot_link: str | None, level: str = "###", study: str | Sequence[str] | None = None
+    section: Section,
+    plot_link: str | None,
+    level: str = "###",
+    study: str | Sequence[str] | None = None,
+    throughput: bool = False,
 ) -> str:
+    """A section's table (with model FLOP/s and the fraction of peak when `throughput`: the index, not each card),
+    its tradeoff, how to reproduce it, and its plot."""
     rows = section.summaries
-    parts = [f"{level} {section.name}", "", describe(rows), "", format_table(rows), ""]
+    parts = [f"{level} {section.name}", "", describe(rows), "", format_table(rows, throughput), ""]
+    if throughput:
+        parts += [peak_note(rows), ""]
     if section.has_tradeoff:
         parts += [tradeoff_markdown(section).replace("### ", level + "# "), ""]
     parts.append(_reproduce(rows, section.experiment, study))
@@ -260,7 +268,7 @@ def write_index(
         plot = f"{prefix}-pareto.png" if (index_dir / f"{prefix}-pareto.png").is_file() else None
         if section.has_tradeoff and (index_dir / f"{prefix}-tradeoff.png").is_file():
             plot = f"{prefix}-tradeoff.png"
-        lines += ["", experiment_section(section, plot, level="##", study=study)]
+        lines += ["", experiment_section(section, plot, level="##", study=study, throughput=True)]
         if section.has_tradeoff:
             front = pareto_points(section.curves, "flops")
             lines += ["", "Pareto front (FLOPs): " + "; ".join(f"{a} at {b}" for a, b, _, _ in front)]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cadence_harness.budgets import budget_value
+from cadence_harness.peaks import peak_fraction
 from cadence_harness.records import RunRecord, latest_per_config, load_mlflow_records, read_records
 from cadence_harness.stats import Interval, log_t_interval, paired_bootstrap_ratio, paired_t_difference, t_interval
 from cadence_harness.tracking import client, harness_experiments
@@ -63,6 +64,8 @@ class ArmSummary:
     cpu_s: Interval = field(default_factory=lambda: t_interval([]))
     perplexity: Interval = field(default_factory=lambda: t_interval([]))  # language models only
     flops: Interval = field(default_factory=lambda: t_interval([]))
+    flops_per_s: Interval = field(default_factory=lambda: t_interval([]))  # model FLOP/s: training FLOPs / train_s
+    peak_fraction: Interval = field(default_factory=lambda: t_interval([]))  # of the device's peak; n=0: unknown
     budget: str = ""
     cyclic: bool = False
     family_hash: str = ""
@@ -102,6 +105,21 @@ def _metric(records: Sequence[RunRecord], key: str) -> list[float]:
     return [r.metrics[key] for r in records if key in r.metrics and not math.isnan(r.metrics[key])]
 
 
+def _flop_rates(records: Sequence[RunRecord]) -> tuple[list[float], list[float]]:
+    """Each run's model FLOP/s, and its fraction of its device's peak: the latter only when every run's peak is
+    known (a mean over the runs that have one would describe other runs than the row's)."""
+    rates, fractions = [], []
+    for record in records:
+        flops, train_s = record.metrics.get("final/flops"), record.metrics.get("final/train_s")
+        if flops is None or not train_s or math.isnan(flops) or math.isnan(train_s) or train_s <= 0:
+            continue
+        rates.append(flops / train_s)
+        params = record.params
+        fractions.append(peak_fraction(rates[-1], params.get("device_name", ""), params.get("precision", "")))
+    known = [f for f in fractions if f is not None]
+    return rates, known if len(known) == len(fractions) else []
+
+
 def _target(records: Sequence[RunRecord]) -> float | None:
     value = records[0].params.get("target_accuracy", "None")
     return None if value in ("None", "") else float(value)
@@ -112,6 +130,7 @@ def _summarize_group(records: list[RunRecord]) -> ArmSummary:
     first = records[0]
     commands = Counter(r.command for r in records if r.command)
     settings = {key: Counter(r.params.get(key, "None") for r in records) for key in SETTINGS}
+    rates, fractions = _flop_rates(records)
     return ArmSummary(
         experiment=first.experiment,
         arm=first.arm,
@@ -128,6 +147,8 @@ def _summarize_group(records: list[RunRecord]) -> ArmSummary:
         cpu_s=log_t_interval(_metric(records, "final/cpu_s")),
         perplexity=log_t_interval(_metric(records, "final/perplexity")),
         flops=log_t_interval(_metric(records, "final/flops")),
+        flops_per_s=log_t_interval(rates),
+        peak_fraction=log_t_interval(fractions),
         budget=first.budget,
         cyclic=bool(first.cycles),
         family_hash=first.family_hash,

@@ -14,13 +14,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cadence.time import Time
+from cadence_harness.peaks import peak_of
 from cadence_harness.stats import Interval
 from cadence_harness.tradeoff import COSTS, cyclic_checks, pareto_points, verdict
 
 if TYPE_CHECKING:
     from cadence_harness.report import ArmSummary, Section
 
-__all__ = ["describe", "format_table", "section_markdown", "tradeoff_markdown", "write_csv", "write_tradeoff_csv"]
+__all__ = [
+    "describe",
+    "format_table",
+    "peak_note",
+    "section_markdown",
+    "tradeoff_markdown",
+    "write_csv",
+    "write_tradeoff_csv",
+]
 
 HOW_TO_READ_RATIOS = (
     "Time and FLOPs ratios compare runs of the same budget: the baseline's cost over the arm's (above 1: the arm's "
@@ -102,7 +111,11 @@ def _tflops(interval: Interval) -> str:
     return "—" if interval.n == 0 else interval.format(scale=1e-12, digits=3)
 
 
-def _row(s: ArmSummary, with_budget: bool, language: bool = False) -> list[str]:
+def _percent(interval: Interval) -> str:
+    return "—" if interval.n == 0 else interval.format(scale=100, digits=1)
+
+
+def _row(s: ArmSummary, with_budget: bool, language: bool = False, throughput: bool = False) -> list[str]:
     reached = f"{s.time_to_target.format(digits=1)} ({s.reached}/{s.n})" if s.target is not None else "—"
     return [
         s.arm,
@@ -117,14 +130,16 @@ def _row(s: ArmSummary, with_budget: bool, language: bool = False) -> list[str]:
         _ratio(s.speedup),
         _ratio(s.flops_ratio),
         s.samples_per_s.format(digits=0),
+        *([_tflops(s.flops_per_s), _percent(s.peak_fraction)] if throughput else []),
         reached if s.reached else ("not reached" if s.target is not None else "—"),
         _ratio(s.speedup_to_target),
         s.peak_memory_mb.format(digits=0),
     ]
 
 
-def format_table(summaries: Sequence[ArmSummary]) -> str:
-    """One row per configuration (arm and, when it varies, budget); 95% intervals over seeds."""
+def format_table(summaries: Sequence[ArmSummary], throughput: bool = False) -> str:
+    """One row per configuration (arm and, when it varies, budget); 95% intervals over seeds. With `throughput`,
+    also each row's model TFLOP/s and its fraction of the device's peak (`peak_note` says which peak)."""
     with_budget = len({s.budget_label for s in summaries}) > 1
     language = any(s.perplexity.n for s in summaries)  # a language model: accuracy is next-token accuracy
     columns = [
@@ -140,12 +155,35 @@ def format_table(summaries: Sequence[ArmSummary]) -> str:
         "time ratio",
         "FLOPs ratio",
         "samples/s",
+        *(["model TFLOP/s", "% of peak"] if throughput else []),
         "time to target (s)",
         "speedup to target",
         "peak memory (MB)",
     ]
-    rows = [columns, ["---"] * len(columns), *(_row(s, with_budget, language) for s in summaries)]
+    rows = [columns, ["---"] * len(columns), *(_row(s, with_budget, language, throughput) for s in summaries)]
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def peak_note(summaries: Sequence[ArmSummary]) -> str:
+    """What the throughput columns mean and which device peak each fraction is of (`cadence_harness.peaks`)."""
+    pairs = sorted(
+        {(d, p) for s in summaries for d in s.settings.get("device_name", {}) for p in s.settings.get("precision", {})}
+    )
+    known, unknown = [], set()
+    for device, precision in pairs:
+        peak = peak_of(device)
+        value = peak.flops(precision) if peak is not None else None
+        if peak is None or value is None:
+            unknown.add(device)
+        else:
+            known.append(f"{device} in {precision}, {value / 1e12:,.0f} TFLOP/s ({peak.source})")
+    parts = ["Model TFLOP/s: training FLOPs (as `FlopCounterMode` counts them) over training time, per run"]
+    if known:
+        parts.append("% of peak: of the device's dense peak in the run's precision: " + "; ".join(known))
+    if unknown:
+        devices = ", ".join(sorted(unknown))
+        parts.append(f"% of peak: — for {devices}, whose peak is not known (`cadence_harness.peaks`)")
+    return ". ".join(parts) + "."
 
 
 # Tradeoff ------------------------------------------------------------------------------------
@@ -224,7 +262,8 @@ def tradeoff_markdown(section: Section) -> str:
 
 def section_markdown(section: Section) -> str:
     rows = section.summaries
-    parts = [f"## {section.name}", "", describe(rows), "", format_table(rows), "", HOW_TO_READ_RATIOS, ""]
+    parts = [f"## {section.name}", "", describe(rows), "", format_table(rows, throughput=True), ""]
+    parts += [HOW_TO_READ_RATIOS + " " + peak_note(rows), ""]
     commands = sorted({s.command for s in rows if s.command})
     parts += [f"Reproduce: `{command}`\n" for command in commands]
     if section.has_tradeoff:
@@ -247,14 +286,16 @@ def write_csv(summaries: Sequence[ArmSummary], path: Path) -> None:
         writer = csv.writer(handle)
         writer.writerow(
             ["experiment", "arm", "budget", "n", "accuracy", "accuracy_low", "accuracy_high", "train_s", "cpu_s",
-             "flops", "speedup", "speedup_low", "speedup_high", "time_to_target_s", "reached", "run_ids"]
+             "flops", "speedup", "speedup_low", "speedup_high", "time_to_target_s", "reached", "run_ids",
+             "samples_per_s", "flops_per_s", "peak_fraction"]
         )  # fmt: skip
         for s in summaries:
             speedup = s.speedup if s.speedup is not None and s.speedup.n >= 2 else nan
             writer.writerow(
                 [s.experiment, s.arm, s.budget_label, s.n, s.accuracy.mean, s.accuracy.low, s.accuracy.high,
                  s.train_s.mean, s.cpu_s.mean, s.flops.mean, speedup.mean, speedup.low, speedup.high,
-                 s.time_to_target.mean, s.reached, " ".join(s.run_ids)]
+                 s.time_to_target.mean, s.reached, " ".join(s.run_ids), s.samples_per_s.mean, s.flops_per_s.mean,
+                 s.peak_fraction.mean if s.peak_fraction.n else ""]
             )  # fmt: skip
 
 
