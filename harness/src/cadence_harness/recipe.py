@@ -41,6 +41,7 @@ from cadence import Algorithm
 from cadence.registry import MethodInfo, canonical_name, registry
 from cadence.time import TimeUnit
 from cadence_harness.budgets import check_budgets, check_decays
+from cadence_harness.optimizer import check_harness_keys
 from cadence_harness.recipe_checks import (
     OPTIMIZERS,
     SCHEDULES,
@@ -269,6 +270,7 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
     methods = _method_table(values.get("methods", {}))
     optimizer = {"name": "sgd", "lr": 0.1, **dict(values.get("optimizer", {}))}
     check_optimizer(optimizer)
+    check_harness_keys(optimizer)
     schedule = {"name": "constant", **dict(values.get("schedule", {}))}
     check_schedule(schedule)
     if durations:

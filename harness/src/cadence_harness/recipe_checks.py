@@ -19,6 +19,7 @@ __all__ = [
     "AUGMENTS",
     "LOADERS",
     "OPTIMIZERS",
+    "OPTIMIZER_EXTRAS",
     "PRECISIONS",
     "REQUIRED",
     "SCHEDULES",
@@ -75,7 +76,9 @@ SCHEDULES: dict[str, type[cadence_schedulers.Scheduler] | None] = {
 }
 LOADERS = ("tensor", "dataloader")
 TASKS = ("classification", "causal_lm")  # causal_lm: next-token prediction on the text of a text dataset
-AUGMENTS = ("none", "flip", "flip_crop")
+AUGMENTS = ("none", "flip", "flip_crop", "alt_flip_translate")
+#: ``[optimizer]`` keys the harness reads itself (`cadence_harness.optimizer`), not the optimizer class.
+OPTIMIZER_EXTRAS = ("norm_lr_scale", "lookahead")
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
 REQUIRED = ("name", "model", "data", "duration")
 TABLES = ("model_kwargs", "optimizer", "schedule", "methods", "grid")
@@ -145,7 +148,7 @@ def check_kwargs(key: str, kwargs: Mapping[str, Any], target: Any, exclude: tupl
 def check_optimizer(optimizer: Mapping[str, Any]) -> None:
     name = optimizer.get("name", "sgd")
     check_choice("optimizer.name", name, list(OPTIMIZERS))
-    kwargs = {k: v for k, v in optimizer.items() if k != "name"}
+    kwargs = {k: v for k, v in optimizer.items() if k not in ("name", *OPTIMIZER_EXTRAS)}
     check_kwargs("optimizer", kwargs, OPTIMIZERS[name], exclude=("params",))
     lr = kwargs.get("lr")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0:

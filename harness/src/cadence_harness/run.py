@@ -25,12 +25,13 @@ import cadence
 from cadence import Algorithm
 from cadence.termination import RunTerminated
 from cadence_harness import data as datasets
-from cadence_harness import loaders
+from cadence_harness import loaders, text_loaders
 from cadence_harness.budgets import CycleEnds, build_schedulers, cycles_of
 from cadence_harness.flops import FlopCounter
-from cadence_harness.models import build_image_model, build_text_model, build_tokenizer, pack_blocks, tokenize
+from cadence_harness.models import build_image_model, build_text_model, build_tokenizer
+from cadence_harness.optimizer import build_optimizer, optimizer_procedures
 from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
-from cadence_harness.recipe import OPTIMIZERS, Recipe, build_algorithm
+from cadence_harness.recipe import Recipe, build_algorithm
 from cadence_harness.runspec import RunSpec
 from cadence_harness.timing import RunTimer
 
@@ -213,7 +214,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
             dataset.test_x, dataset.test_y, batch_size=eval_batch_size, train=False, augment="none", num_workers=0
         )
         return RunData(train, evaluate, dataset)
-    augment = loaders.make_augment(recipe.augment, int(dataset.train_x.shape[-1]))
+    augment = loaders.make_augment(recipe.augment, int(dataset.train_x.shape[-1]), seed)
     common = {"seed": seed, "channels_last": recipe.channels_last}
     train = loaders.TensorLoader(
         (dataset.train_x.to(device), dataset.train_y.to(device)),
@@ -239,29 +240,17 @@ def _text_loader(
     batch_size: int,
     train: bool,
 ) -> loaders.TensorLoader:
-    encoded = tokenize(tokenizer, texts, recipe.max_length)
-    return loaders.TensorLoader(
-        tuple(t.to(device) for t in (*encoded.values(), labels)),
-        batch_size=batch_size,
-        shuffle=train,
-        drop_last=train,
-        seed=seed,
-        keys=(*encoded, "labels"),
-        lengths=encoded["attention_mask"].sum(1),
-    )
+    return text_loaders.text_loader(
+        tokenizer, texts, labels, max_length=recipe.max_length, device=device, seed=seed, batch_size=batch_size,
+        train=train,
+    )  # fmt: skip
 
 
 def _language_loader(
     tokenizer: Any, texts: list[str], recipe: Recipe, device: torch.device, seed: int, batch_size: int, train: bool
 ) -> loaders.TensorLoader:
-    blocks = pack_blocks(tokenizer, texts, recipe.max_length)
-    return loaders.TensorLoader(
-        tuple(t.to(device) for t in blocks.values()),
-        batch_size=batch_size,
-        shuffle=train,
-        drop_last=train,
-        seed=seed,
-        keys=tuple(blocks),
+    return text_loaders.language_loader(
+        tokenizer, texts, block_size=recipe.max_length, device=device, seed=seed, batch_size=batch_size, train=train
     )
 
 
@@ -280,12 +269,14 @@ def build_model(recipe: Recipe, data: RunData) -> Any:
         )
     else:
         mean, std = dataset.channel_stats()
+        fitted = recipe.model.startswith("cadence/")  # a model initialised from the training images
         model = build_image_model(
             recipe.model,
             num_classes=dataset.num_classes,
             in_channels=dataset.channels,
             mean=mean,
             std=std,
+            init_images=dataset.train_x if fitted else None,
             **recipe.model_kwargs,
         )
     if recipe.channels_last:
@@ -298,9 +289,11 @@ def build_algorithms(spec: RunSpec) -> list[Algorithm]:
     return [build_algorithm(name, kwargs) for name, kwargs in spec.method_kwargs()]
 
 
-def _optimizer(spec: RunSpec, model: torch.nn.Module) -> torch.optim.Optimizer:
-    settings = spec.optimizer_settings()
-    return OPTIMIZERS[settings.pop("name")](model.parameters(), **settings)
+def training_procedures(spec: RunSpec, model: Any) -> list[Algorithm]:
+    """What every arm's training does beside its methods: the optimizer's Lookahead, the model's own steps
+    (airbench's whitening-bias freeze). Part of the baseline, so not in the run's methods."""
+    own = getattr(model, "training_procedures", None)
+    return [*optimizer_procedures(spec.optimizer_settings()), *(own() if own is not None else [])]
 
 
 def _mlflow_logger(spec: RunSpec, tracking_uri: str | None, tags: dict[str, str]) -> Any:
@@ -364,9 +357,9 @@ def execute(
             eval_dataloader=data.eval,
             eval_interval=eval_interval,
             max_duration=recipe.duration,
-            optimizers=_optimizer(spec, model),
+            optimizers=build_optimizer(spec.optimizer_settings(), model),
             schedulers=build_schedulers(recipe),
-            algorithms=algorithms,
+            algorithms=[*algorithms, *training_procedures(spec, model)],
             callbacks=callbacks,
             loggers=[mlflow_logger],
             device=device,
