@@ -6,14 +6,21 @@ evaluation batch likewise, times every run's evaluations. The hours are those FL
 measured here on a few training batches of the baseline (the whole step: loader, augmentation,
 forward, backward, optimizer), or at ``--rate`` GFLOP/s. A method that adds work the baseline
 does not do (augmentation on the CPU, a scoring forward, a second pass) costs more, so for grids
-with such arms the estimate is a floor; the grid's records give the real costs after its first seed.
+with such arms the estimate is a floor.
+
+With the study's run records (`records_dir`) holding baseline runs on the device the grid will run
+on (this machine's GPU or CPU; for a GPU recipe estimated without a GPU, the GPU its records used
+most), the time comes from them instead (`cadence_harness.reference`): the baseline's training rate
+there, its seconds per evaluation, the rest of its ``fit``, the start-up between runs, and for each
+configuration that already ran there, its own costs. The output names the source it used.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,6 +29,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from cadence.time import Time, TimeUnit
 from cadence_harness.budgets import cycles_of
 from cadence_harness.recipe import OPTIMIZERS, Recipe
+from cadence_harness.records import read_records, records_file
+from cadence_harness.reference import Costs, Reference, reference_from_records
 from cadence_harness.runspec import RunSpec
 
 __all__ = ["Estimate", "estimate_grid", "evaluations"]
@@ -39,6 +48,13 @@ class Estimate:
     rate: float | None  # FLOP/s of wall-clock, None when it could not be measured (a GPU recipe on a CPU)
     cpu_rate: float | None  # FLOP per second of process CPU time, when measured
     threads: int
+    reference: Reference | None = None  # the study's own records on the device, when they have its baseline
+    records: str = ""  # the records file read, if any
+    planned: Costs | None = None  # with a reference: the whole grid's seconds, summed over its runs
+    own_costs: int = 0  # runs priced by their configuration's own recorded runs
+    recorded: list[bool] = field(default_factory=list)  # per run: already in the records (a grid skips it)
+    left: Costs | None = None  # with a reference: the seconds of the runs not recorded yet
+    unused: str = ""  # why the study's records gave no reference, when they exist
 
     def __str__(self) -> str:
         lines = [
@@ -47,9 +63,15 @@ class Estimate:
             "(the baseline's FLOPs per batch; arms whose methods add work cost more)",
             f"  evaluation: {self.evaluations:,} evaluations, {self.eval_flops:.3e} FLOPs",
         ]
+        done = sum(self.recorded)
+        if self.reference is not None and self.planned is not None:
+            return "\n".join(lines + self._from_reference(self.reference, self.planned, done))
         if self.rate is None:
-            lines.append("  hours: give --rate GFLOP/s (the recipe runs on a GPU; this machine cannot measure it)")
-            return "\n".join(lines)
+            lines.append(
+                "  hours: give --rate GFLOP/s, or run the baseline there first so the study's records give its rate "
+                "(the recipe runs on a GPU; this machine cannot measure it)"
+            )
+            return "\n".join(lines + self._recorded(done))
         if self.cpu_rate is not None:
             lines.append(
                 f"  throughput measured here on {MEASURED_BATCHES} baseline batches: {self.rate / 1e9:.1f} GFLOP/s "
@@ -61,7 +83,45 @@ class Estimate:
         seconds = (self.train_flops + self.eval_flops) / self.rate
         length = f"{seconds / 3600:.1f} hours" if seconds >= 3600 else f"{seconds / 60:.1f} minutes"
         lines.append(f"  about {length} of training and evaluation at that rate, one run at a time")
-        return "\n".join(lines)
+        lines.append(
+            "  not counted: per-run start-up, warm-up and the evaluation beyond its FLOPs; each second of them per "
+            f"run adds {self.runs / 60:.1f} minutes"
+        )
+        return "\n".join(lines + self._recorded(done))
+
+    def _recorded(self, done: int) -> list[str]:
+        if not self.records:
+            return []
+        lines = [f"  recorded already in {self.records}: {done} of {self.runs} runs (a grid skips them)"]
+        return lines + ([f"  not timed from the records: {self.unused}"] if self.unused else [])
+
+    def _from_reference(self, reference: Reference, planned: Costs, done: int) -> list[str]:
+        startup = (reference.startup_s or 0.0) * self.runs
+        total = planned.total + startup
+        parts = [
+            f"training {_length(planned.train_s)}",
+            f"evaluation {_length(planned.eval_s)}",
+            f"warm-up and the rest of fit {_length(planned.other_s)}",
+            f"start-up {_length(startup)}" if reference.startup_s is not None else "start-up not counted",
+        ]
+        lines = [
+            f"  time from the study's records ({self.records}): {reference.describe()}",
+            f"  about {_length(total)} on {reference.device}, one run at a time: {', '.join(parts)}; "
+            f"{self.own_costs} runs priced by their configuration's own recorded runs, {self.runs - self.own_costs} "
+            "at the baseline's rate (a floor for methods that add work)",
+        ]
+        if done and self.left is not None:
+            left = self.left.total + (reference.startup_s or 0.0) * (self.runs - done)
+            lines.append(
+                f"  recorded already: {done} of {self.runs} runs (a grid skips them); left: about {_length(left)}"
+            )
+        return lines
+
+
+def _length(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.1f} minutes" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 def evaluations(recipe: Recipe, per_epoch: int, total: int) -> int:
@@ -108,8 +168,10 @@ def estimate_grid(
     data_dir: str | None = None,
     download: bool = False,
     rate: float | None = None,
+    records_dir: str | Path | None = None,
 ) -> Estimate:
-    """The FLOPs of `specs` (this shard of the grid of `recipe`) and the hours at `rate` GFLOP/s or measured here."""
+    """The FLOPs of `specs` (this shard of the grid of `recipe`) and the hours: at `rate` GFLOP/s when given, else
+    from the study's records in `records_dir` when they hold its baseline on the device, else measured here."""
     from cadence_harness.preflight import sample_batch
     from cadence_harness.run import build_data, build_model
 
@@ -126,9 +188,21 @@ def estimate_grid(
     batches = [_batches(spec.recipe.duration, per_epoch) for spec in specs]
     evals = sum(evaluations(spec.recipe, per_epoch, total) for spec, total in zip(specs, batches))
     measured_rate = cpu_rate = None
-    if rate is None and recipe.device == "cpu":
+    records = _study_records(records_dir, recipe)
+    reference, device = None, _device_here(recipe)
+    if rate is None and records:
+        reference = reference_from_records(
+            records,
+            experiment=recipe.name,
+            families={spec.family_hash for spec in specs},
+            like={"model": recipe.model, "data": recipe.data, "batch_size": str(recipe.batch_size)}
+            | {"precision": recipe.resolved_precision},
+            device=device,
+        )
+    if rate is None and reference is None and recipe.device == "cpu":
         measured_rate, cpu_rate = _measure(recipe, model, data.train, per_batch)
-    return Estimate(
+    known = {record.config_hash for record in records}
+    estimate = Estimate(
         runs=len(specs),
         train_batches=sum(batches),
         evaluations=evals,
@@ -137,7 +211,43 @@ def estimate_grid(
         rate=rate * 1e9 if rate is not None else measured_rate,
         cpu_rate=cpu_rate,
         threads=torch.get_num_threads(),
+        records=str(records_file(records_dir, recipe.name)) if records_dir is not None else "",
+        recorded=[spec.config_hash in known for spec in specs],
     )
+    if reference is not None:
+        _plan(estimate, reference, specs, [per_batch * b for b in batches], per_epoch)
+    elif records and rate is None:
+        where = device or "any GPU (this machine has none)"
+        estimate.unused = f"they hold no finished baseline run of this model, data, batch size and precision on {where}"
+    return estimate
+
+
+def _study_records(records_dir: str | Path | None, recipe: Recipe) -> list[Any]:
+    if records_dir is None or not records_file(records_dir, recipe.name).is_file():
+        return []
+    return read_records([records_file(records_dir, recipe.name)])
+
+
+def _device_here(recipe: Recipe) -> str | None:
+    """The name a run of `recipe` here would record as its device (None: a GPU recipe on a machine without one)."""
+    if recipe.device == "gpu":
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    from cadence_harness.run import environment
+
+    return environment(torch.device("cpu"))["device_name"]
+
+
+def _plan(estimate: Estimate, reference: Reference, specs: Sequence[RunSpec], flops: list[int], per_epoch: int) -> None:
+    """Price every run from `reference`: the whole grid (`planned`) and the runs not recorded yet (`left`)."""
+    totals, left = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+    for spec, train_flops, done in zip(specs, flops, estimate.recorded):
+        evaluations_ = evaluations(spec.recipe, per_epoch, _batches(spec.recipe.duration, per_epoch))
+        costs, own = reference.costs(spec.group_hash, float(train_flops), evaluations_)
+        estimate.own_costs += own
+        for i, value in enumerate((costs.train_s, costs.eval_s, costs.other_s)):
+            totals[i] += value
+            left[i] += 0.0 if done else value
+    estimate.reference, estimate.planned, estimate.left = reference, Costs(*totals), Costs(*left)
 
 
 def _measure(recipe: Recipe, model: Any, loader: Any, per_batch: int) -> tuple[float, float]:
