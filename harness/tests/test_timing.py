@@ -67,6 +67,41 @@ def test_warmup_batches_are_timed_apart() -> None:
     assert summary["final/samples_per_s"] == 12 / summary["final/train_s"]  # 3 measured batches of 4
 
 
+class SlowCounting(Callback):
+    """Stands in for the FLOP counter's slow first pass: counts a new piece of work (and sleeps) at batch 3."""
+
+    def __init__(self) -> None:
+        self.pieces = 0
+
+    def before_forward(self, state: Any, logger: Any) -> None:
+        if state.timestamp.batch == 2:  # the third batch
+            self.pieces += 1
+            time.sleep(0.3)
+
+
+def test_a_batch_during_which_work_is_counted_is_timed_apart_as_a_shape_warmup() -> None:
+    counting = SlowCounting()
+    timer = RunTimer("MulticlassAccuracy", target=None, work_counted=lambda: counting.pieces)
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    model = Classifier(torch.nn.Linear(4, 2), 2)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=4),
+        max_duration="4ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        callbacks=[timer, counting],
+        progress_bar=False,
+        seed=0,
+    )
+    trainer.fit()
+    trainer.close()
+    summary = timer.summary(torch.device("cpu"))
+    assert summary["final/shape_warmups"] == 1
+    assert summary["final/warmup_s"] >= 0.3 > summary["final/train_s"]  # the sleep left the timed region
+    assert summary["final/samples_per_s"] == 12 / summary["final/train_s"]  # the other 3 batches of 4
+
+
 def test_intervals() -> None:
     single = t_interval([0.5])
     assert single.low is None and single.format(scale=100) == "50.00"

@@ -15,8 +15,9 @@ often it ran:
 
 The first occurrence is counted on the real computation (no extra pass, no randomness drawn), so a
 method that changes shapes is counted as what ran. That one step runs under the mode's Python
-dispatch and is slower than the others; the slowdown lands in the run's measured time once per
-distinct shape (many times for progressive resizing's gradual sizes, once for most runs).
+dispatch and is slower than the others; `pieces` says so, and the harness's `RunTimer` times
+such a step apart (as a *shape warm-up*, with cuDNN autotuning and recompilation at that shape), so
+counting never slows the timed region.
 Evaluation is not training and is not counted. Counts follow FlopCounterMode: matrix products and
 convolutions (a multiply-add is 2 FLOPs); elementwise work, normalisation and the optimizer step
 count 0. Work whose cost varies at one shape (stochastic depth's dropped blocks) is counted as its
@@ -73,6 +74,12 @@ class FlopCounter(Callback):
         self._in_step = False
         self._in_eval = False
         self._hooks: list[Any] = []
+
+    @property
+    def pieces(self) -> int:
+        """How many pieces of work have been counted so far: a batch during which this grows ran one under the
+        counter's slow dispatch (time it apart, see `RunTimer`)."""
+        return len(self.flops) + (self._mode is not None)
 
     @property
     def total(self) -> int:

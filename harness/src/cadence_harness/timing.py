@@ -2,7 +2,11 @@
 
 The measured region is training only: data loading, methods, forward, backward and the
 optimizer step. Evaluation pauses it, and the first `warmup_batches` batches (which pay
-``torch.compile`` and allocator warm-up) are timed on their own line. On CUDA the region is
+``torch.compile`` and allocator warm-up) are timed on their own line. So is every *shape warm-up*:
+the first step of each distinct piece of work (a new input shape from progressive resizing or ColOut,
+a new model structure after surgery or layer freezing), which pays cuDNN autotuning, recompilation
+and the FLOP counter's one counted pass (`cadence_harness.flops`); `work_counted` tells the timer
+which batches were, so FLOP counting never runs inside the timed region. On CUDA the region is
 bracketed with CUDA events, synchronised only where the loop already synchronises (evaluation
 reads its metrics back) and at the end; on CPU it uses ``time.perf_counter``.
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -47,6 +52,7 @@ class _Stopwatch:
         self.total = 0.0
         self.cpu_total = 0.0
         self._start: Any = None
+        self._end: Any = None
         self._cpu_start = 0.0
 
     def start(self) -> None:
@@ -63,14 +69,34 @@ class _Stopwatch:
             return self.total
         self.cpu_total += time.process_time() - self._cpu_start
         if self.cuda:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            end.synchronize()
-            self.total += self._start.elapsed_time(end) / 1000
+            self._end = torch.cuda.Event(enable_timing=True)
+            self._end.record()
+            self._end.synchronize()
+            self.total += self._start.elapsed_time(self._end) / 1000
         else:
-            self.total += time.perf_counter() - self._start
+            self._end = time.perf_counter()
+            self.total += self._end - self._start
         self._start = None
         return self.total
+
+    def mark(self) -> tuple[Any, float]:
+        """A point in the running segment (a CUDA event needs no synchronisation), for `take_since`."""
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event, time.process_time()
+        return time.perf_counter(), time.process_time()
+
+    def take_since(self, mark: tuple[Any, float], other: _Stopwatch) -> None:
+        """Move the time since `mark` out of this running segment into `other`'s total; this one runs on."""
+        cpu = time.process_time() - mark[1]
+        self.stop()
+        seconds = mark[0].elapsed_time(self._end) / 1000 if self.cuda else self._end - mark[0]
+        self.total -= seconds
+        self.cpu_total -= cpu
+        other.total += seconds
+        other.cpu_total += cpu
+        self.start()
 
     @property
     def running(self) -> bool:
@@ -85,12 +111,26 @@ class RunTimer(Callback):
         target: the value that counts as reached; time-to-target is the training time at the
             first evaluation that reaches it.
         warmup_batches: batches timed apart as warm-up (compile); they still train.
+        work_counted: how many pieces of work have been counted so far (`FlopCounter.pieces`); a batch
+            during which it grows was the first of its shape and is timed apart as warm-up.
     """
 
-    def __init__(self, target_metric: str | None = None, target: float | None = None, warmup_batches: int = 0):
+    def __init__(
+        self,
+        target_metric: str | None = None,
+        target: float | None = None,
+        warmup_batches: int = 0,
+        work_counted: Callable[[], int] | None = None,
+    ):
         self.target_metric = target_metric
         self.target = target
         self.warmup_batches = warmup_batches
+        self.work_counted = work_counted
+        self.shape_warmups = 0  # batches timed apart because they were the first of their shape
+        self._warmup_samples = 0  # samples of those batches (out of the throughput)
+        self._batch_mark: tuple[Any, float] | None = None
+        self._counted_at_batch_start = 0
+        self._sample_at_batch_start = 0
         self.train: _Stopwatch | None = None
         self.warmup: _Stopwatch | None = None
         self.eval_s = 0.0
@@ -125,8 +165,22 @@ class RunTimer(Callback):
     def after_dataloader(self, state: State, logger: Logger) -> None:
         self.data_wait_s += time.perf_counter() - self._data_start
 
+    def batch_start(self, state: State, logger: Logger) -> None:
+        if self.work_counted is None or self.train is None or not self.train.running:
+            self._batch_mark = None
+            return
+        self._batch_mark = self.train.mark()
+        self._counted_at_batch_start = self.work_counted()
+        self._sample_at_batch_start = state.timestamp.sample
+
     def batch_end(self, state: State, logger: Logger) -> None:
         assert self.train is not None and self.warmup is not None
+        if self._batch_mark is not None and self.work_counted is not None:
+            if self.work_counted() != self._counted_at_batch_start:  # the first batch of its shape: time it apart
+                self.train.take_since(self._batch_mark, self.warmup)
+                self.shape_warmups += 1
+                self._warmup_samples += state.timestamp.sample - self._sample_at_batch_start
+            self._batch_mark = None
         if self.warmup.running and state.timestamp.batch >= self.warmup_batches:
             self.warmup.stop()
             self._samples_at_start = state.timestamp.sample
@@ -169,7 +223,7 @@ class RunTimer(Callback):
         self.warmup.stop()
         self.train.stop()
         self.wall_s = time.perf_counter() - self._wall_start
-        self.samples = state.timestamp.sample - self._samples_at_start
+        self.samples = state.timestamp.sample - self._samples_at_start - self._warmup_samples
         self.tokens = state.timestamp.token - self._tokens_at_start
         logger.log_metrics(self.summary(state.device))
 
@@ -181,6 +235,7 @@ class RunTimer(Callback):
             "final/train_s": train_s,
             "final/cpu_s": self.train.cpu_total,
             "final/warmup_s": self.warmup.total,
+            "final/shape_warmups": float(self.shape_warmups),
             "final/eval_s": self.eval_s,
             "final/wall_s": self.wall_s,
             "final/samples_per_s": self.samples / train_s if train_s > 0 else 0.0,
