@@ -18,6 +18,7 @@ configuration that already ran there, its own costs. The output names the source
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,9 +182,8 @@ def estimate_grid(
     model.train()
     per_batch = _flops(lambda: _train_step(model, sample_batch(data.train, data.eval, cpu), None))
     model.eval()
-    eval_batches = list(data.eval)
     with torch.no_grad():
-        per_eval = sum(_flops(lambda b=b: model(b)) for b in eval_batches)
+        per_eval = _eval_flops(model, data.eval)
     per_epoch = len(data.train)
     batches = [_batches(spec.recipe.duration, per_epoch) for spec in specs]
     evals = sum(evaluations(spec.recipe, per_epoch, total) for spec, total in zip(specs, batches))
@@ -220,6 +220,29 @@ def estimate_grid(
         where = device or "any GPU (this machine has none)"
         estimate.unused = f"they hold no finished baseline run of this model, data, batch size and precision on {where}"
     return estimate
+
+
+def _shapes(batch: Any) -> Any:
+    """A batch's structure with each tensor replaced by its shape and dtype (batches alike in it cost alike)."""
+    if isinstance(batch, torch.Tensor):
+        return (tuple(batch.shape), batch.dtype)
+    if isinstance(batch, dict):
+        return tuple((key, _shapes(value)) for key, value in sorted(batch.items()))
+    if isinstance(batch, (list, tuple)):
+        return tuple(_shapes(item) for item in batch)
+    return type(batch).__name__
+
+
+def _eval_flops(model: Any, loader: Any) -> int:
+    """The FLOPs of one pass over the evaluation set: each distinct batch shape counted once, times how often it
+    comes (a large evaluation set with test-time augmentation would otherwise take minutes on a CPU)."""
+    first: dict[Any, Any] = {}
+    seen: Counter[Any] = Counter()
+    for batch in loader:
+        key = _shapes(batch)
+        first.setdefault(key, batch)
+        seen[key] += 1
+    return sum(_flops(lambda b=batch: model(b)) * seen[key] for key, batch in first.items())
 
 
 def _study_records(records_dir: str | Path | None, recipe: Recipe) -> list[Any]:
