@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from cadence_harness import data
 from cadence_harness.loaders import TensorLoader, batch_crop, batch_flip_lr, image_dataloader, make_augment
@@ -53,16 +62,6 @@ def test_fashion_mnist_from_the_debian_package_or_data_dir() -> None:
     fashion = data.load_dataset("fashion_mnist", eval_subset=100)
     assert fashion.train_x.shape == (60000, 1, 28, 28) and fashion.test_x.shape == (100, 1, 28, 28)
     assert torch.bincount(fashion.train_y).tolist() == [6000] * 10
-
-
-def test_cifar10_is_decoded_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _skip_unless("cifar10", ["cifar10_jpeg.npz"])
-    monkeypatch.setenv("CADENCE_CACHE", str(tmp_path))
-    first = data.load_dataset("cifar10", subset=16, eval_subset=8)
-    assert first.train_x.shape == (16, 3, 32, 32) and first.train_x.dtype == torch.uint8
-    assert len(list(tmp_path.glob("cifar10-*.pt"))) == 2
-    again = data.load_dataset("cifar10", subset=16, eval_subset=8)
-    assert torch.equal(first.train_x, again.train_x)
 
 
 def test_sst2_reads_train_and_dev() -> None:
@@ -135,3 +134,159 @@ def test_the_dataloader_option_yields_floats_in_unit_range() -> None:
     loader = image_dataloader(x, y, batch_size=4, train=True, augment="flip_crop", num_workers=0)
     images, _ = next(iter(loader))
     assert images.shape == (4, 3, 8, 8) and images.dtype == torch.float32 and 0 <= images.min() <= images.max() <= 1
+
+
+# CIFAR-10 from its JPEG archive, and the cache of decoded images ------------------------------------------------
+def _write_jpeg_archive(folder: Path, train: int = 96, test: int = 32) -> Path:
+    """A cifar10_jpeg.npz in the real file's layout (see shared/data/README.md): smooth random 32x32 images as
+    JPEG q75, every eighth one greyscale (decoded to RGB like the rest)."""
+    rng = np.random.default_rng(0)
+    arrays: dict[str, np.ndarray] = {"classes": np.array([f"class{i}" for i in range(10)])}
+    for split, count in (("train", train), ("test", test)):
+        jpegs = []
+        for i, coarse in enumerate(rng.integers(0, 256, size=(count, 8, 8, 3), dtype=np.uint8)):
+            image = Image.fromarray(coarse).resize((32, 32), Image.Resampling.BILINEAR)
+            handle = io.BytesIO()
+            (image.convert("L") if i % 8 == 7 else image).save(handle, format="JPEG", quality=75)
+            jpegs.append(np.frombuffer(handle.getvalue(), dtype=np.uint8))
+        arrays[f"jpeg_{split}"] = np.concatenate(jpegs)
+        arrays[f"offsets_{split}"] = np.cumsum([0] + [len(j) for j in jpegs], dtype=np.int64)
+        arrays[f"y_{split}"] = np.arange(count, dtype=np.int64) % 10
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "cifar10_jpeg.npz", **arrays)
+    return folder
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty decoded-data cache of this test's own."""
+    monkeypatch.setenv("CADENCE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(params=["generated", "real"])
+def cifar10_folder(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A folder holding cifar10_jpeg.npz: a small generated one (always), or the real one (skipped when absent)."""
+    if request.param == "generated":
+        return _write_jpeg_archive(tmp_path / "generated")
+    _skip_unless("cifar10", ["cifar10_jpeg.npz"])
+    return data.find_dataset_files("cifar10", ["cifar10_jpeg.npz"], None)
+
+
+def _pillow_decode(folder: Path, split: str, count: int) -> torch.Tensor:
+    """The reference: each JPEG decoded by Pillow and converted to RGB, as uint8 (N, 3, H, W)."""
+    with np.load(folder / "cifar10_jpeg.npz") as archive:
+        blob, offsets = archive[f"jpeg_{split}"], archive[f"offsets_{split}"]
+    images = [Image.open(io.BytesIO(blob[offsets[i] : offsets[i + 1]].tobytes())).convert("RGB") for i in range(count)]
+    return torch.from_numpy(np.stack([np.asarray(image) for image in images])).permute(0, 3, 1, 2)
+
+
+def test_cifar10_decodes_to_pillows_pixels_once_then_reads_the_cache(cifar10_folder: Path, cache: Path) -> None:
+    first = data.load_dataset("cifar10", data_dir=cifar10_folder, subset=64, eval_subset=24)
+    assert first.train_x.shape == (64, 3, 32, 32) and first.train_x.dtype == torch.uint8
+    assert torch.equal(first.train_x, _pillow_decode(cifar10_folder, "train", 64))
+    assert torch.equal(first.test_x, _pillow_decode(cifar10_folder, "test", 24))
+    with np.load(cifar10_folder / "cifar10_jpeg.npz") as archive:
+        assert first.train_y.tolist() == archive["y_train"][:64].tolist()
+    files = sorted(cache.iterdir())
+    assert [f.name.split("-")[:3] for f in files] == [["cifar10", "test", "24"], ["cifar10", "train", "64"]]
+    stamps = [f.stat().st_mtime_ns for f in files]
+    again = data.load_dataset("cifar10", data_dir=cifar10_folder, subset=64, eval_subset=24)
+    assert torch.equal(first.train_x, again.train_x) and torch.equal(first.test_y, again.test_y)
+    assert sorted(cache.iterdir()) == files and [f.stat().st_mtime_ns for f in files] == stamps  # read, not rewritten
+
+
+def test_the_cache_key_follows_the_archive_and_the_count(tmp_path: Path, cache: Path) -> None:
+    folder = _write_jpeg_archive(tmp_path / "source")
+    data.load_dataset("cifar10", data_dir=folder, subset=10, eval_subset=10)
+    data.load_dataset("cifar10", data_dir=folder, subset=12, eval_subset=None)  # None: the whole split (32)
+    assert len(list(cache.glob("cifar10-train-*.npy"))) == 2 and len(list(cache.glob("cifar10-test-32-*"))) == 1
+    _write_jpeg_archive(folder, train=40)  # a new archive at the same path: new files, never the old pixels
+    changed = data.load_dataset("cifar10", data_dir=folder, subset=12)
+    assert len(list(cache.glob("cifar10-train-12-*.npy"))) == 2
+    assert torch.equal(changed.train_x, _pillow_decode(folder, "train", 12))
+    with pytest.raises(ValueError, match=r"train subset = 0: keep at least 1 image"):
+        data.load_dataset("cifar10", data_dir=folder, subset=0)
+
+
+@pytest.mark.parametrize(
+    "damage", [lambda raw: raw[: len(raw) // 2], lambda raw: b"", lambda raw: raw[:64] + b"\0" * (len(raw) - 64)]
+)
+def test_a_truncated_or_damaged_cache_is_never_read_as_complete(tmp_path: Path, cache: Path, damage: Any) -> None:
+    folder = _write_jpeg_archive(tmp_path / "source")
+    expected = data.load_dataset("cifar10", data_dir=folder, subset=20, eval_subset=8)
+    (cached,) = cache.glob("cifar10-train-*.npy")
+    cached.write_bytes(damage(cached.read_bytes()))
+    with pytest.warns(UserWarning, match=r"the data cache .* decoding the JPEGs again and replacing it"):
+        again = data.load_dataset("cifar10", data_dir=folder, subset=20, eval_subset=8)
+    assert torch.equal(again.train_x, expected.train_x)
+    assert np.array_equal(np.load(cached), expected.train_x.numpy())  # replaced by a whole file
+
+
+def test_writers_at_once_each_rename_a_whole_file_of_their_own(tmp_path: Path) -> None:
+    target = tmp_path / "shared.npy"
+    with data.replace_when_complete(target) as first, data.replace_when_complete(target) as second:
+        assert first.name != second.name and not target.exists()  # nothing half-written is ever at `target`
+        np.save(first, np.zeros(3))
+        np.save(second, np.ones(3))
+    assert np.array_equal(np.load(target), np.zeros(3))  # the inner block renamed first, then the outer one
+    with pytest.raises(RuntimeError, match="stopped"), data.replace_when_complete(target) as third:
+        np.save(third, np.full(3, 7.0))
+        raise RuntimeError("stopped while writing")
+    assert np.array_equal(np.load(target), np.zeros(3)) and [p.name for p in tmp_path.iterdir()] == ["shared.npy"]
+
+
+# Each child imports first, says "ready", and waits for a line on stdin: the parent releases them together.
+_CHILD = """
+import hashlib, json, sys
+from cadence_harness import data
+print("ready", flush=True)
+sys.stdin.readline()
+digests = {}
+for count in range(int(sys.argv[2]), int(sys.argv[3]) + 1):  # a new cache file per count and split: many races
+    loaded = data.load_dataset("cifar10", data_dir=sys.argv[1], subset=count, eval_subset=count)
+    digests[count] = [hashlib.sha256(t.numpy().tobytes()).hexdigest() for t in (loaded.train_x, loaded.test_x)]
+print(json.dumps(digests), flush=True)
+"""
+
+
+def _load_in_processes(folder: Path, cache: Path, counts: range, processes: int) -> list[dict[str, list[str]]]:
+    """What `processes` Python processes loading `folder`'s CIFAR-10 at each of `counts` into one cache got."""
+    env = {**os.environ, "CADENCE_CACHE": str(cache)}
+    command = [sys.executable, "-c", _CHILD, str(folder), str(counts.start), str(counts.stop - 1)]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    children = [subprocess.Popen(command, env=env, text=True, **pipes) for _ in range(processes)]  # type: ignore[call-overload]
+    try:
+        for child in children:
+            if child.stdout.readline() != "ready\n":
+                pytest.fail(f"a child process failed before loading:\n{child.communicate(timeout=60)[1][-3000:]}")
+        for child in children:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        outputs = [child.communicate(timeout=300) for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+    failures = [err[-3000:] for child, (_, err) in zip(children, outputs) if child.returncode != 0]
+    assert not failures, "\n---\n".join(failures)
+    return [json.loads(out.splitlines()[-1]) for out, _ in outputs]
+
+
+@pytest.mark.slow
+def test_four_processes_on_a_cold_cache_all_get_the_same_pixels(cifar10_folder: Path, cache: Path) -> None:
+    """Issue 27: grid runs started together on a cold cache crashed (they shared one temporary file)."""
+    counts = range(20, 32)
+    results = _load_in_processes(cifar10_folder, cache, counts, processes=4)
+    expected = data.load_dataset("cifar10", data_dir=cifar10_folder, subset=counts[-1], eval_subset=counts[-1])
+    assert all(result == results[0] for result in results)
+    assert results[0][str(counts[-1])][0] == hashlib.sha256(expected.train_x.numpy().tobytes()).hexdigest()
+    assert sorted(f.suffix for f in cache.iterdir()) == [".npy"] * (2 * len(counts))  # no temporary file left
+
+
+def test_the_data_cache_benchmark_runs_on_a_small_archive(tmp_path: Path, cache: Path, capsys: Any) -> None:
+    from cadence_harness.benchmarks import datacache
+
+    datacache.main(["--data-dir", str(_write_jpeg_archive(tmp_path / "source")), "--count", "8", "--repeats", "1"])
+    printed = capsys.readouterr().out
+    assert "8 images" in printed and "largest pixel difference: 0" in printed and "np.load (.npy)" in printed

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,8 +70,6 @@ class MlflowServer:
         self.db = root / "server.db"
         self.port = _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        executable = Path(sys.executable).with_name("mlflow")
-        self.executable = str(executable) if executable.exists() else (shutil.which("mlflow") or "mlflow")
 
     @property
     def uri(self) -> str:
@@ -84,7 +83,9 @@ class MlflowServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
         # The GenAI job runner starts 8 more Python processes; tracking does not need it (2 cores here).
         env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
-        command = [self.executable, "server", "--host", "127.0.0.1", "--port", str(self.port),
+        # `python -m mlflow`: the interpreter that imported mlflow here runs it, whether or not an `mlflow` script is
+        # beside it or on PATH
+        command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
                    "--backend-store-uri", self.store_uri, "--default-artifact-root", str(self.root / "artifacts"),
                    "--workers", "1"]  # fmt: skip
         with (self.root / "server.log").open("ab") as log:
@@ -492,7 +493,9 @@ def test_import_cadence_does_not_import_mlflow() -> None:
 def test_cuda_values_are_read_without_syncing_the_training_thread(sqlite_uri: str, tmp_path: Path) -> None:
     logger = MLFlowLogger(tracking_uri=sqlite_uri, spill_dir=tmp_path / "spill", **FAST)
     expected = []
-    torch.cuda.set_sync_debug_mode("error")  # any synchronising call on the training thread raises
+    with warnings.catch_warnings():  # torch warns once per process that this mode is a prototype
+        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype", category=UserWarning)
+        torch.cuda.set_sync_debug_mode("error")  # any synchronising call on the training thread raises
     try:
         for step in range(200):
             loss = torch.full((), step / 7, device="cuda")

@@ -25,7 +25,9 @@ def run_hyperparameters(state: State) -> dict[str, Any]:
     return {
         "seed": state.rank_zero_seed,
         "max_duration": str(state.max_duration),
-        "device": str(state.device),
+        # Composer's spelling, as the Trainer's `device` argument takes it ('cpu', 'gpu'), so that a caller that logs
+        # the same setting (the harness logs its recipe's `device`) logs the same value, not 'gpu' beside 'cuda'
+        "device": "gpu" if state.device.type == "cuda" else state.device.type,
         "precision": state.precision.value,
         "device_train_microbatch_size": state.device_train_microbatch_size,
         "world_size": state.world_size,
