@@ -49,33 +49,31 @@ WIDTHS = (64, 256, 256)
 WHITEN_KERNEL = 2
 
 
-class _BatchNorm(nn.BatchNorm2d):
-    """Batch norm that learns only its bias; `momentum` in the paper's convention (weight of the old mean)."""
+def _batch_norm(channels: int, momentum: float) -> nn.BatchNorm2d:
+    """Batch norm that learns only its bias; `momentum` in the paper's convention (weight of the old mean). A
+    plain `nn.BatchNorm2d`, so surgery that replaces batch norms (Ghost BatchNorm) finds it."""
+    norm = nn.BatchNorm2d(channels, eps=1e-12, momentum=1 - momentum)
+    norm.weight.requires_grad_(False)
+    return norm
 
-    def __init__(self, channels: int, momentum: float):
-        super().__init__(channels, eps=1e-12, momentum=1 - momentum)
-        self.weight.requires_grad_(False)
 
-
-class _IdentityConv(nn.Conv2d):
-    """A 3x3 'same' convolution without bias that starts as the identity on its first input channels."""
-
-    def __init__(self, channels_in: int, channels_out: int):
-        super().__init__(channels_in, channels_out, kernel_size=3, padding="same", bias=False)
-
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        nn.init.dirac_(self.weight.data[: self.in_channels])
+def _identity_conv(channels_in: int, channels_out: int) -> nn.Conv2d:
+    """A 3x3 'same' convolution without bias that starts as the identity on its first input channels (the rest
+    at PyTorch's default initialisation). A plain `nn.Conv2d`, so surgery finds it."""
+    conv = nn.Conv2d(channels_in, channels_out, kernel_size=3, padding="same", bias=False)
+    with torch.no_grad():
+        nn.init.dirac_(conv.weight[: min(channels_in, channels_out)])
+    return conv
 
 
 class ConvGroup(nn.Module):
     def __init__(self, channels_in: int, channels_out: int, bn_momentum: float):
         super().__init__()
-        self.conv1 = _IdentityConv(channels_in, channels_out)
+        self.conv1 = _identity_conv(channels_in, channels_out)
         self.pool = nn.MaxPool2d(2)
-        self.norm1 = _BatchNorm(channels_out, bn_momentum)
-        self.conv2 = _IdentityConv(channels_out, channels_out)
-        self.norm2 = _BatchNorm(channels_out, bn_momentum)
+        self.norm1 = _batch_norm(channels_out, bn_momentum)
+        self.conv2 = _identity_conv(channels_out, channels_out)
+        self.norm2 = _batch_norm(channels_out, bn_momentum)
         self.activation = nn.GELU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 from cadence import NotApplicableError
 from cadence_harness.data import check_data_dir
 from cadence_harness.recipe import RecipeError, load_recipe, method_names, parse_value
-from cadence_harness.records import RecordError
+from cadence_harness.records import RecordError, default_records_dir
 
 __all__ = ["main"]
 
@@ -113,18 +112,6 @@ def _grid_recipe(args: argparse.Namespace) -> Any:
     return _load(args, grid=grid)
 
 
-def _records_dir(args: argparse.Namespace) -> Path:
-    """``--records``, else ``$CADENCE_RECORDS``, else the repository's ``method_cards/runs`` (in a checkout of
-    cadence), else ``method_cards/runs`` in the working directory."""
-    from cadence_harness.data import REPO_ROOT
-
-    given = args.records or os.environ.get("CADENCE_RECORDS")
-    if given:
-        return Path(given)
-    cards = REPO_ROOT / "method_cards"
-    return cards / "runs" if cards.is_dir() else Path("method_cards") / "runs"
-
-
 def cmd_grid(args: argparse.Namespace) -> int:
     from cadence_harness.grid import expand, parse_shard, run_grid, select_shard
     from cadence_harness.preflight import require_device
@@ -141,7 +128,9 @@ def cmd_grid(args: argparse.Namespace) -> int:
         if args.estimate:
             from cadence_harness.estimate import estimate_grid
 
-            print(estimate_grid(recipe, specs, data_dir=args.data_dir, download=args.download, rate=args.rate))
+            records = None if args.no_records else default_records_dir(args.records)
+            print(estimate_grid(recipe, specs, data_dir=args.data_dir, download=args.download, rate=args.rate,
+                                records_dir=records))  # fmt: skip
         try:
             require_device(recipe.device)
         except RecipeError as error:
@@ -158,7 +147,9 @@ def cmd_grid(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         command=_command(),
         jobs=args.jobs,
-        records_dir=None if args.no_records else _records_dir(args),
+        records_dir=None if args.no_records else default_records_dir(args.records),
+        isolate=args.isolate,
+        time_limit_s=args.time_limit,
     )
     print(result.summary())
     for spec, reason in result.failed:
@@ -178,7 +169,9 @@ def _search(args: argparse.Namespace) -> int:
         raise RecipeError(f"`--search` runs what the search asks for with the study's own settings; drop {drop}")
     options = {"tracking_uri": args.tracking_uri, "log_dir": args.log_dir, "data_dir": args.data_dir, "jobs": args.jobs}
     options |= {"download": args.download, "timeout_s": args.timeout, "command": _command()}
-    return run_search(args.recipe, records_dir=_records_dir(args), run_grid=run_grid, dry_run=args.dry_run, **options)
+    return run_search(
+        args.recipe, records_dir=default_records_dir(args.records), run_grid=run_grid, dry_run=args.dry_run, **options
+    )
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -194,7 +187,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
     study: list[str] = []
     if args.study:
-        study, runs, notes = studies_runs(args.study, _records_dir(args))
+        study, runs, notes = studies_runs(args.study, default_records_dir(args.records))
         print("\n".join(notes))
         report = report_from_runs(runs, out_dir=args.out)
     else:
@@ -220,7 +213,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from cadence_harness.records import export_runs, records_file
     from cadence_harness.tracking import resolve_tracking_uri
 
-    path = records_file(_records_dir(args), args.experiment)
+    path = records_file(default_records_dir(args.records), args.experiment)
     added = export_runs(resolve_tracking_uri(args.tracking_uri), args.experiment, path)
     print(f"appended {len(added)} finished runs of {args.experiment!r} to {path}")
     return 0
@@ -247,7 +240,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """One run of a grid (invoked by `run_grid` in a fresh process); exit 3 means out of memory."""
-    from cadence_harness.grid import run_worker
+    from cadence_harness.runners import run_worker
 
     tags = dict(pair.split("=", 1) for pair in args.tag)
     options = {"data_dir": args.data_dir, "download": args.download, "microbatch_size": args.microbatch_size}
@@ -306,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.set_defaults(func=cmd_run)
 
-    grid = commands.add_parser("grid", help="a recipe's arms x budgets x seeds, one process per run, interleaved")
+    grid = commands.add_parser("grid", help="a recipe's arms x budgets x seeds, interleaved")
     grid.add_argument("recipe", help="a recipe file or shipped recipe name")
     grid.add_argument("--methods", help="the methods the arms range over (default: the recipe's)")
     grid.add_argument("--arms", help="comma-separated: baseline, each, leave_one_out, pairs, all")
@@ -318,13 +311,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     grid.add_argument("--rerun-finished", action="store_true", help="run even configurations MLflow already has")
     grid.add_argument("--dry-run", action="store_true", help="list the runs and their config hashes, run nothing")
-    grid.add_argument("--timeout", type=float, help="seconds before a run is killed and recorded as failed")
+    grid.add_argument("--timeout", type=float, help="seconds before a run is killed and recorded failed (--isolate)")
+    where = grid.add_mutually_exclusive_group()
+    where.add_argument("--isolate", action="store_const", const=True, help="one process per run (default on CPU)")
+    where.add_argument("--in-process", dest="isolate", action="store_const", const=False, help="(default on GPU)")
+    grid.add_argument("--time-limit", type=float, metavar="S", help="start no run after S seconds (rerun to go on)")
     grid.add_argument("--log-dir", default="cadence_runs/logs", help="where each run's console output goes")
     grid.add_argument("--jobs", type=int, default=1, help="runs at once (default 1: concurrent runs distort timings)")
     grid.add_argument(
-        "--estimate", action="store_true", help="list the runs and estimate their FLOPs and hours here; run nothing"
+        "--estimate", action="store_true", help="list the runs, estimate their FLOPs and time; run nothing"
     )
-    grid.add_argument("--rate", type=float, help="with --estimate: GFLOP/s to assume instead of measuring it here")
+    grid.add_argument(
+        "--rate", type=float, help="with --estimate: GFLOP/s to assume (else the study's records, else here)"
+    )
     grid.add_argument(
         "--records", help="import the runs recorded here before starting, append each finished run; " + RECORDS_HELP
     )

@@ -1,20 +1,25 @@
-"""Grids: expand a recipe into runs, run each in its own process, skip what MLflow already has.
+"""Grids: expand a recipe into runs, run them, skip what MLflow already has.
 
-One process per run (as timm's ``bulk_runner``): a crash, a hang or an out-of-memory error
-ends that run only. It becomes a FAILED MLflow run with the error and the worker's log, and
-the grid goes on. A finished run is found in MLflow by its configuration hash and skipped,
-so rerunning a grid resumes it, and ``--shard i/n`` splits it over machines that share one
-tracking server. After an out-of-memory error the run is retried with half the microbatch
-size (gradient accumulation keeps the batch the same).
+Two ways to run them. *Isolated* (the default on CPU, ``--isolate``): one process per run (as timm's
+``bulk_runner``), so a crash, a hang (``--timeout``) or an out-of-memory error ends that run only; it
+becomes a FAILED MLflow run with the error and the worker's log, and the grid goes on. *In process*
+(the default on a GPU): the runs one after another in the grid's process, the data decoded once and
+resident on the device (`cadence_harness.resident`), no interpreter, import or CUDA start-up per run:
+a run of a few seconds costs a few seconds. Each run seeds everything itself, so both ways give the
+same results (a test compares them bitwise on CPU); a failing run is recorded FAILED and the grid goes
+on, but a crash of the process (or a CUDA error that poisons its context) ends the grid: rerun it,
+or use ``--isolate``. A finished run is found in MLflow by its configuration hash and skipped, so
+rerunning a grid resumes it (``--time-limit`` stops starting runs after that many seconds: a grid in
+chunks), and ``--shard i/n`` splits it over machines that share one tracking server. After an
+out-of-memory error the run is retried with half the microbatch size (gradient accumulation keeps
+the batch the same).
 """
 
 from __future__ import annotations
 
 import itertools
 import shlex
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -26,12 +31,13 @@ from cadence_harness.budgets import leaf_recipes
 from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
 from cadence_harness.recipe import Recipe, RecipeError
 from cadence_harness.records import export_runs, import_records, records_file
+from cadence_harness.runners import run_one_in_process, run_one_in_subprocess
 from cadence_harness.runspec import TAG, RunSpec, config_hash
-from cadence_harness.tracking import finished_config_hashes, mark_failed, resolve_tracking_uri
+from cadence_harness.tracking import finished_config_hashes, resolve_tracking_uri
 
 __all__ = ["GridResult", "check_arms", "expand", "parse_shard", "run_grid", "select_shard"]
 
-OOM_EXIT_CODE = 3
+_NOT_STARTED = "not started: the grid's time limit had passed"
 
 
 def _arms(recipe: Recipe) -> list[tuple[str, ...]]:
@@ -121,121 +127,22 @@ class GridResult:
     skipped: list[RunSpec] = field(default_factory=list)
     finished: list[RunSpec] = field(default_factory=list)
     failed: list[tuple[RunSpec, str]] = field(default_factory=list)
+    not_started: list[RunSpec] = field(default_factory=list)  # left for the next call by the time limit
 
     def summary(self) -> str:
-        return (
+        text = (
             f"{self.planned} runs planned: {len(self.skipped)} already finished (skipped), "
             f"{len(self.finished)} finished now, {len(self.failed)} failed"
         )
+        if self.not_started:
+            text += f", {len(self.not_started)} not started (time limit; run the same command again to go on)"
+        return text
 
 
 def grid_tags(recipe: Recipe, specs: list[RunSpec], command: str) -> dict[str, str]:
     """Tags every run of this grid carries: its membership (stable across reruns) and the command."""
     membership = config_hash({"recipe": recipe.name, "runs": sorted(s.config_hash for s in specs)})
     return {f"{TAG}grid": f"{recipe.name}:{membership}", f"{TAG}command": command}
-
-
-def _worker_command(spec_file: Path, uri: str, id_file: Path, options: dict[str, str | None]) -> list[str]:
-    command = [sys.executable, "-m", "cadence_harness", "worker", str(spec_file), "--tracking-uri", uri]
-    command += ["--run-id-file", str(id_file)]
-    for flag, value in options.items():
-        if value is not None:
-            command += [flag] if value == "" else [flag, value]
-    return command
-
-
-def run_worker(
-    spec_file: Path,
-    *,
-    tracking_uri: str | None,
-    tags: dict[str, str],
-    run_id_file: str | None = None,
-    data_dir: str | None = None,
-    download: bool = False,
-    microbatch_size: int | None = None,
-) -> int:
-    """The worker process's side of `run_one_in_subprocess` (``cadence_harness worker``): one run of a
-    grid. Returns the exit code: 0, `OOM_EXIT_CODE` when the run ran out of memory, else 1."""
-    from cadence.loggers import failure_kind
-    from cadence_harness.run import execute
-
-    spec = RunSpec.from_json(spec_file.read_text())
-    try:
-        execute(
-            spec,
-            tracking_uri=tracking_uri,
-            data_dir=data_dir,
-            download=download,
-            progress_bar=False,
-            tags=tags,
-            run_id_file=run_id_file,
-            microbatch_size=microbatch_size,
-        )
-    except Exception as error:
-        import traceback
-
-        traceback.print_exc()
-        return OOM_EXIT_CODE if failure_kind(error) == "oom" else 1
-    return 0
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    if not path.is_file():
-        return ""
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def run_one_in_subprocess(
-    spec: RunSpec,
-    *,
-    uri: str,
-    log_dir: Path,
-    tags: dict[str, str],
-    data_dir: str | None = None,
-    download: bool = False,
-    timeout_s: float | None = None,
-) -> str | None:
-    """Run `spec` in a worker process; returns None on success, else the reason it failed (recorded in MLflow)."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    microbatch = spec.recipe.device_train_microbatch_size
-    with tempfile.TemporaryDirectory() as folder:
-        spec_file, id_file = Path(folder) / "spec.json", Path(folder) / "run_id"
-        spec_file.write_text(spec.to_json())
-        while True:
-            log_file = log_dir / f"{spec.experiment}-{spec.run_name}-{spec.config_hash[:8]}.log"
-            options = {
-                "--data-dir": data_dir,
-                "--download": "" if download else None,
-                "--microbatch-size": str(microbatch) if microbatch else None,
-            }
-            command = _worker_command(spec_file, uri, id_file, options)
-            for key, value in tags.items():
-                command += ["--tag", f"{key}={value}"]
-            id_file.unlink(missing_ok=True)
-            try:
-                with log_file.open("w") as log:
-                    code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
-                reason = None if code == 0 else f"worker exited with code {code}:\n{_tail(log_file)}"
-            except subprocess.TimeoutExpired:
-                code, reason = -1, f"timed out after {timeout_s} s"
-            if reason is None:
-                return None
-            run_id = id_file.read_text().strip() if id_file.is_file() else None
-            mark_failed(
-                uri,
-                run_id=run_id,
-                experiment=spec.experiment,
-                run_name=spec.run_name,
-                tags={**spec.tags(), **tags},
-                error=reason,
-                log_file=log_file,
-            )
-            if code != OOM_EXIT_CODE:
-                return reason
-            microbatch = (microbatch or spec.recipe.batch_size) // 2
-            if microbatch < 1:
-                return reason
-            tags = {**tags, f"{TAG}oom_retry_microbatch": str(microbatch)}
 
 
 def run_grid(
@@ -252,6 +159,8 @@ def run_grid(
     progress: bool = True,
     jobs: int = 1,
     records_dir: str | Path | None = None,
+    isolate: bool | None = None,
+    time_limit_s: float | None = None,
 ) -> GridResult:
     """Run the grid of `recipe` (this machine's shard of it); finished runs in MLflow are skipped.
 
@@ -265,9 +174,21 @@ def run_grid(
 
     `jobs` runs that many worker processes at once. Keep it at 1 when the timings matter:
     concurrent runs share the CPU (and GPU) and slow each other down.
+
+    `isolate`: one process per run (True) or every run in this process (False); None chooses in-process
+    on a GPU and isolation on CPU. `timeout_s` and `jobs` > 1 need processes, so they isolate.
+    `time_limit_s`: no run starts once that many seconds have passed (the rest stay for the next call).
     """
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} must be an int >= 1")
+    if time_limit_s is not None and not time_limit_s > 0:
+        raise ValueError(f"time_limit_s={time_limit_s!r} must be > 0 seconds")
+    if isolate is None:
+        isolate = recipe.device != "gpu" or timeout_s is not None or jobs > 1
+    elif not isolate and (timeout_s is not None or jobs > 1):
+        raise ValueError(
+            "in-process runs cannot be timed out or run in parallel; drop --timeout/--jobs or --in-process"
+        )
     from tqdm.auto import tqdm
 
     require_device(recipe.device)
@@ -292,16 +213,27 @@ def run_grid(
             print(f"recorded {len(added)} runs finished earlier in {records}")
     bar = tqdm(total=len(todo), desc=f"grid {recipe.name}", unit="run", disable=not progress, dynamic_ncols=True)
 
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+
     def launch(spec: RunSpec) -> tuple[RunSpec, str | None, float]:
+        if deadline is not None and time.monotonic() > deadline:
+            return spec, _NOT_STARTED, 0.0
         started = time.perf_counter()
-        reason = run_one_in_subprocess(
-            spec, uri=uri, log_dir=Path(log_dir), tags=tags, data_dir=data_dir, download=download, timeout_s=timeout_s
-        )
+        if isolate:
+            reason = run_one_in_subprocess(
+                spec, uri=uri, log_dir=Path(log_dir), tags=tags, data_dir=data_dir, download=download,
+                timeout_s=timeout_s,
+            )  # fmt: skip
+        else:
+            reason = run_one_in_process(spec, uri=uri, tags=tags, data_dir=data_dir, download=download)
         return spec, reason, time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for spec, reason, elapsed in (f.result() for f in as_completed(pool.submit(launch, s) for s in todo)):
-            if reason is None:
+        ran = (f.result() for f in as_completed(pool.submit(launch, s) for s in todo)) if isolate else map(launch, todo)
+        for spec, reason, elapsed in ran:
+            if reason is _NOT_STARTED:
+                result.not_started.append(spec)
+            elif reason is None:
                 result.finished.append(spec)
                 if records is not None:
                     export_runs(uri, recipe.name, records, config_hashes=[spec.config_hash])

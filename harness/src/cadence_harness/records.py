@@ -20,6 +20,7 @@ read once, and of two runs of one configuration the newer counts.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ __all__ = [
     "EVAL_KEYS",
     "RecordError",
     "RunRecord",
+    "default_records_dir",
     "export_runs",
     "import_records",
     "latest_per_config",
@@ -163,6 +165,16 @@ class RunRecord:
             source=source,
             run_name=str(data.get("run_name", "")),
         )
+
+
+def default_records_dir(given: str | Path | None = None) -> Path:
+    """`given`, else ``$CADENCE_RECORDS``, else the repository's ``method_cards/runs`` (in a checkout of
+    cadence), else ``method_cards/runs`` in the working directory."""
+    given = given or os.environ.get("CADENCE_RECORDS")
+    if given:
+        return Path(given)
+    cards = Path(__file__).resolve().parents[3] / "method_cards"
+    return cards / "runs" if cards.is_dir() else Path("method_cards") / "runs"
 
 
 def records_file(records_dir: str | Path, experiment: str) -> Path:

@@ -1,0 +1,184 @@
+"""How one run of a grid runs: in a worker process of its own, or in the grid's process.
+
+A worker process (``cadence_harness worker``) isolates a crash, a hang (a timeout) or an out-of-memory
+kill; the grid's process saves the interpreter, import, CUDA and data start-up of every run after the
+first. Both record a failed run FAILED in MLflow with the reason, and retry an out-of-memory error with
+half the microbatch.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from cadence_harness.runspec import TAG, RunSpec
+from cadence_harness.tracking import mark_failed
+
+__all__ = ["OOM_EXIT_CODE", "run_one_in_process", "run_one_in_subprocess", "run_worker"]
+
+OOM_EXIT_CODE = 3
+
+
+def _worker_command(spec_file: Path, uri: str, id_file: Path, options: dict[str, str | None]) -> list[str]:
+    command = [sys.executable, "-m", "cadence_harness", "worker", str(spec_file), "--tracking-uri", uri]
+    command += ["--run-id-file", str(id_file)]
+    for flag, value in options.items():
+        if value is not None:
+            command += [flag] if value == "" else [flag, value]
+    return command
+
+
+def run_worker(
+    spec_file: Path,
+    *,
+    tracking_uri: str | None,
+    tags: dict[str, str],
+    run_id_file: str | None = None,
+    data_dir: str | None = None,
+    download: bool = False,
+    microbatch_size: int | None = None,
+) -> int:
+    """The worker process's side of `run_one_in_subprocess` (``cadence_harness worker``): one run of a
+    grid. Returns the exit code: 0, `OOM_EXIT_CODE` when the run ran out of memory, else 1."""
+    from cadence.loggers import failure_kind
+    from cadence_harness.run import execute
+
+    spec = RunSpec.from_json(spec_file.read_text())
+    try:
+        execute(
+            spec,
+            tracking_uri=tracking_uri,
+            data_dir=data_dir,
+            download=download,
+            progress_bar=False,
+            tags=tags,
+            run_id_file=run_id_file,
+            microbatch_size=microbatch_size,
+        )
+    except Exception as error:
+        import traceback
+
+        traceback.print_exc()
+        return OOM_EXIT_CODE if failure_kind(error) == "oom" else 1
+    return 0
+
+
+def run_one_in_process(
+    spec: RunSpec,
+    *,
+    uri: str,
+    tags: dict[str, str],
+    data_dir: str | None = None,
+    download: bool = False,
+) -> str | None:
+    """Run `spec` in this process; returns None on success, else the reason it failed (recorded in MLflow).
+
+    A failure inside the Trainer is recorded by the Trainer; one before it (building the data or the model)
+    is recorded here. An out-of-memory error is retried with half the microbatch, as in a worker process.
+    """
+    import traceback
+
+    from cadence.loggers import failure_kind
+    from cadence_harness.run import execute
+
+    microbatch = spec.recipe.device_train_microbatch_size
+    with tempfile.TemporaryDirectory() as folder:
+        id_file = Path(folder) / "run_id"
+        while True:
+            id_file.unlink(missing_ok=True)
+            try:
+                execute(
+                    spec,
+                    tracking_uri=uri,
+                    data_dir=data_dir,
+                    download=download,
+                    progress_bar=False,
+                    tags=tags,
+                    run_id_file=id_file,
+                    microbatch_size=microbatch,
+                )
+                return None
+            except Exception as error:  # KeyboardInterrupt ends the grid (the Trainer marks the run KILLED)
+                reason = "".join(traceback.format_exception(error)[-3:]).strip()
+                oom = failure_kind(error) == "oom"
+            _free_device_memory()  # the failed run's tensors, released with its traceback at the except's end
+            run_id = id_file.read_text().strip() if id_file.is_file() else None
+            mark_failed(
+                uri, run_id=run_id, experiment=spec.experiment, run_name=spec.run_name, tags={**spec.tags(), **tags},
+                error=reason,
+            )  # fmt: skip
+            microbatch = (microbatch or spec.recipe.batch_size) // 2
+            if not oom or microbatch < 1:
+                return reason
+            tags = {**tags, f"{TAG}oom_retry_microbatch": str(microbatch)}
+
+
+def _free_device_memory() -> None:
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    if not path.is_file():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def run_one_in_subprocess(
+    spec: RunSpec,
+    *,
+    uri: str,
+    log_dir: Path,
+    tags: dict[str, str],
+    data_dir: str | None = None,
+    download: bool = False,
+    timeout_s: float | None = None,
+) -> str | None:
+    """Run `spec` in a worker process; returns None on success, else the reason it failed (recorded in MLflow)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    microbatch = spec.recipe.device_train_microbatch_size
+    with tempfile.TemporaryDirectory() as folder:
+        spec_file, id_file = Path(folder) / "spec.json", Path(folder) / "run_id"
+        spec_file.write_text(spec.to_json())
+        while True:
+            log_file = log_dir / f"{spec.experiment}-{spec.run_name}-{spec.config_hash[:8]}.log"
+            options = {
+                "--data-dir": data_dir,
+                "--download": "" if download else None,
+                "--microbatch-size": str(microbatch) if microbatch else None,
+            }
+            command = _worker_command(spec_file, uri, id_file, options)
+            for key, value in tags.items():
+                command += ["--tag", f"{key}={value}"]
+            id_file.unlink(missing_ok=True)
+            try:
+                with log_file.open("w") as log:
+                    code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+                reason = None if code == 0 else f"worker exited with code {code}:\n{_tail(log_file)}"
+            except subprocess.TimeoutExpired:
+                code, reason = -1, f"timed out after {timeout_s} s"
+            if reason is None:
+                return None
+            run_id = id_file.read_text().strip() if id_file.is_file() else None
+            mark_failed(
+                uri,
+                run_id=run_id,
+                experiment=spec.experiment,
+                run_name=spec.run_name,
+                tags={**spec.tags(), **tags},
+                error=reason,
+                log_file=log_file,
+            )
+            if code != OOM_EXIT_CODE:
+                return reason
+            microbatch = (microbatch or spec.recipe.batch_size) // 2
+            if microbatch < 1:
+                return reason
+            tags = {**tags, f"{TAG}oom_retry_microbatch": str(microbatch)}

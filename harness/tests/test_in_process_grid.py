@@ -1,0 +1,86 @@
+"""An in-process grid (every run in the grid's process, data resident) equals a process-per-run grid bitwise."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from cadence_harness import resident
+from cadence_harness.grid import run_grid
+
+COMPARED = ("loss/train/total", "metrics/eval/MulticlassAccuracy", "final/accuracy", "final/flops", "cost/flops")
+
+
+def histories(uri: str, experiment: str) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """``{config hash: {metric: [(step, value), ...]}}`` of the experiment's finished runs."""
+    client = MlflowClient(uri)
+    experiment_id = client.get_experiment_by_name(experiment).experiment_id
+    runs = client.search_runs([experiment_id], filter_string="attributes.status = 'FINISHED'")
+    return {
+        run.data.tags["cadence.config_hash"]: {
+            key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)] for key in COMPARED
+        }
+        for run in runs
+    }
+
+
+def test_the_same_seeds_give_bitwise_equal_metrics_in_process_and_in_worker_processes(
+    tiny_recipe: Any, tmp_path: Any
+) -> None:
+    # The baseline and an arm that draws random numbers of its own (MixUp's mixing, CutOut's holes), 2 seeds.
+    recipe = tiny_recipe(
+        name="inproc",
+        seeds=[0, 1],
+        duration="2ep",
+        methods={"mixup": {"alpha": 0.4}, "cutout": {}},
+        grid={"arms": ["baseline"], "combinations": [["mixup", "cutout"]]},
+    )
+    options = {"log_dir": tmp_path / "logs", "command": "test", "progress": False}
+    isolated_uri, here_uri = f"sqlite:///{tmp_path}/isolated.db", f"sqlite:///{tmp_path}/here.db"
+    isolated = run_grid(recipe, tracking_uri=isolated_uri, isolate=True, **options)
+    resident.clear()
+    here = run_grid(recipe, tracking_uri=here_uri, isolate=False, **options)
+    assert len(isolated.finished) == len(here.finished) == 4 and not isolated.failed and not here.failed
+    expected, got = histories(isolated_uri, "inproc"), histories(here_uri, "inproc")
+    assert set(expected) == set(got) and len(expected) == 4
+    for config_hash, metrics in expected.items():
+        assert all(metrics[key] for key in ("loss/train/total", "final/accuracy"))
+        assert got[config_hash] == metrics, config_hash  # every step's loss and every evaluation, bitwise
+
+
+def test_a_run_that_raises_in_process_is_recorded_failed_and_the_grid_goes_on(
+    tiny_recipe: Any, explode_plugin: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    recipe = tiny_recipe(
+        name="inproc_fail", seeds=[0, 1], methods={"explode": {"on_seed": 1, "how": "raise"}},
+        grid={"arms": ["baseline", "each"]},
+    )  # fmt: skip
+    monkeypatch.setenv("CADENCE_TEST_EXPLODE", "1")
+    uri = f"sqlite:///{tmp_path}/fail.db"
+    result = run_grid(recipe, tracking_uri=uri, isolate=False, log_dir=tmp_path, command="test", progress=False)
+    assert [spec.run_name for spec, _ in result.failed] == ["explode-s1"] and len(result.finished) == 3
+    assert "exploded on purpose" in result.failed[0][1]
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("inproc_fail").experiment_id])
+    assert Counter(r.info.status for r in runs) == {"FINISHED": 3, "FAILED": 1}
+
+
+def test_a_time_limit_leaves_the_rest_of_the_grid_for_the_next_call(tiny_recipe: Any, tmp_path: Any) -> None:
+    recipe = tiny_recipe(name="inproc_limit", seeds=[0, 1, 2])
+    options = {"log_dir": tmp_path, "command": "test", "progress": False, "isolate": False}
+    uri = f"sqlite:///{tmp_path}/limit.db"
+    first = run_grid(recipe, tracking_uri=uri, time_limit_s=1e-9, **options)  # past the limit after no run
+    assert len(first.finished) + len(first.not_started) == 3 and first.not_started
+    assert "not started (time limit" in first.summary()
+    second = run_grid(recipe, tracking_uri=uri, **options)
+    assert len(second.skipped) == len(first.finished) and len(second.finished) == len(first.not_started)
+
+
+def test_in_process_refuses_what_only_processes_can_do(tiny_recipe: Any) -> None:
+    with pytest.raises(ValueError, match="cannot be timed out or run in parallel"):
+        run_grid(tiny_recipe(), isolate=False, timeout_s=10, progress=False)
+    with pytest.raises(ValueError, match="time_limit_s=0 must be > 0"):
+        run_grid(tiny_recipe(), time_limit_s=0, progress=False)
