@@ -25,7 +25,7 @@ import cadence
 from cadence import Algorithm
 from cadence.termination import RunTerminated
 from cadence_harness import data as datasets
-from cadence_harness import loaders, text_loaders
+from cadence_harness import loaders, resident, text_loaders
 from cadence_harness.budgets import CycleEnds, build_schedulers, cycles_of
 from cadence_harness.flops import FlopCounter
 from cadence_harness.models import build_image_model, build_text_model, build_tokenizer
@@ -177,7 +177,7 @@ class RunData:
 
 def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | None, download: bool) -> RunData:
     """The recipe's dataset and its loaders: image batches ``(images, labels)``, text batches dicts."""
-    dataset = datasets.load_dataset(
+    dataset = resident.load_dataset(
         recipe.data, data_dir=data_dir, subset=recipe.subset, eval_subset=recipe.eval_subset, download=download
     )
     eval_batch_size = recipe.eval_batch_size or max(recipe.batch_size, 256)
@@ -217,7 +217,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
     augment = loaders.make_augment(recipe.augment, int(dataset.train_x.shape[-1]), seed)
     common = {"seed": seed, "channels_last": recipe.channels_last}
     train = loaders.TensorLoader(
-        (dataset.train_x.to(device), dataset.train_y.to(device)),
+        resident.on_device((dataset.train_x, dataset.train_y), device),
         batch_size=recipe.batch_size,
         shuffle=True,
         drop_last=True,
@@ -225,7 +225,10 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
         **common,
     )
     evaluate = loaders.TensorLoader(
-        (dataset.test_x.to(device), dataset.test_y.to(device)), batch_size=eval_batch_size, shuffle=False, **common
+        resident.on_device((dataset.test_x, dataset.test_y), device),
+        batch_size=eval_batch_size,
+        shuffle=False,
+        **common,
     )
     return RunData(train, evaluate, dataset)
 
@@ -268,7 +271,7 @@ def build_model(recipe: Recipe, data: RunData) -> Any:
             **kwargs,
         )
     else:
-        mean, std = dataset.channel_stats()
+        mean, std = resident.channel_stats(dataset)
         fitted = recipe.model.startswith("cadence/")  # a model initialised from the training images
         model = build_image_model(
             recipe.model,
@@ -328,15 +331,16 @@ def execute(
     """
     recipe = spec.recipe
     device = require_device(recipe.device)
+    torch.backends.cudnn.benchmark = device.type == "cuda"  # autotuned convolutions; each shape's tuning is warm-up
     algorithms = build_algorithms(spec)
     check_arm_composition(spec.arm, algorithms)
     cadence.seed_all(spec.seed)  # the model's initial weights depend on the seed too
     data = build_data(recipe, spec.seed, device, data_dir, download)
     model = build_model(recipe, data)
     check_applicable(zip(spec.arm, algorithms), model, sample_batch(data.train, data.eval, device))
-    timer = RunTimer(ACCURACY, recipe.target_accuracy, recipe.warmup_batches)
     flops = FlopCounter()
-    callbacks: list[Any] = [timer, flops]  # costs: time and CPU time (timer), training FLOPs
+    timer = RunTimer(ACCURACY, recipe.target_accuracy, recipe.warmup_batches, work_counted=lambda: flops.pieces)
+    callbacks: list[Any] = [timer, flops]  # time (a batch the counter counts is timed apart), training FLOPs
     eval_interval: Any = recipe.eval_interval
     if cycles_of(recipe):  # a cyclic run: evaluations at every cycle's end are the points of its curve
         cycles = CycleEnds(cycles_of(recipe), recipe.eval_interval)
