@@ -111,41 +111,45 @@ class FlipCrop:
 
     def __init__(self, padding: int):
         self.padding = padding
-        self._source: tuple[tuple[Any, ...], torch.Tensor, torch.Tensor] | None = None
+        self._source: tuple[tuple[Any, ...], tuple[torch.Tensor, ...]] | None = None
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         images = batch_flip_lr(images, generator)
         return batch_crop(images, self.padding, generator) if self.padding else images
 
-    def _prepared(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(every W-wide window of the padded and mirrored dataset, source row of each crop offset and row)."""
+    def _prepared(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Every W-wide window of the padded and mirrored dataset (a view), and the offsets of a window's
+        start: of each (crop offset, output row), of each channel, of a sample."""
         key = (images.data_ptr(), tuple(images.shape), images.dtype, images.device)
         if self._source is None or self._source[0] != key:
-            h, w = images.shape[-2:]
-            p = self.padding
+            _, c, h, w = images.shape
+            p, device = self.padding, images.device
             if not 0 <= p < min(h, w):
                 raise ValueError(f"padding={p} must be below the image side for {h}x{w} images (reflect)")
             padded = torch.cat([images[..., 1 : p + 1].flip(-1), images, images[..., w - p - 1 : w - 1].flip(-1)], -1)
             source = torch.cat([padded, padded.flip(-1)]).contiguous()  # mirrored images follow the originals
-            offsets = torch.arange(2 * p + 1, device=images.device)[:, None]
-            rows = _reflect(offsets + torch.arange(-p, h - p, device=images.device), h)  # (offsets, H)
-            self._source = (key, source.view(-1).unfold(0, w, 1), rows)
-        return self._source[1], self._source[2]
+            width = w + 2 * p
+            offsets = torch.arange(2 * p + 1, device=device)[:, None]
+            rows = _reflect(offsets + torch.arange(-p, h - p, device=device), h) * width  # (offsets, H)
+            channels = torch.arange(c, device=device)[:, None] * (h * width)  # (C, 1)
+            self._source = (key, (source.view(-1).unfold(0, w, 1), rows, channels))
+        return self._source[1]
 
     def gather(self, images: torch.Tensor, index: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """``self(images[index], generator)`` for a dataset of `images` (N, C, H, W), in one copy."""
-        windows, rows_of = self._prepared(images)
+        """``self(images[index], generator)`` for a dataset of `images` (N, C, H, W), in one copy (and a dozen
+        small kernels, no host sync)."""
+        windows, rows, channels = self._prepared(images)
         n, (count, c, h, w) = len(index), images.shape
         device, p = images.device, self.padding
         flip = torch.rand(n, 1, 1, 1, device=device, generator=generator) < 0.5  # as batch_flip_lr, then batch_crop
-        dy = torch.randint(0, 2 * p + 1, (n, 1), device=device, generator=generator) if p else None
-        dx = torch.randint(0, 2 * p + 1, (n, 1), device=device, generator=generator) if p else None
-        sample = index + flip.view(-1) * count  # (n,): the mirrored copy of the flipped ones
-        rows = rows_of.index_select(0, dy.view(-1)) if dy is not None else rows_of[0].expand(n, h)  # (n, H)
-        planes = (sample[:, None] * c + torch.arange(c, device=device)) * h  # (n, C): first row of each plane
-        starts = (planes[:, :, None] + rows[:, None, :]) * (w + 2 * p)  # (n, C, H)
-        if dx is not None:
-            starts = starts + dx[:, :, None]
+        sample = (index + flip.view(-1) * count) * (c * h * (w + 2 * p))  # the mirrored copy of the flipped ones
+        starts = sample[:, None, None] + channels  # (n, C, 1)
+        if p:
+            dy = torch.randint(0, 2 * p + 1, (n,), device=device, generator=generator)
+            dx = torch.randint(0, 2 * p + 1, (n, 1, 1), device=device, generator=generator)
+            starts = starts + (rows.index_select(0, dy)[:, None, :] + dx)  # (n, C, H)
+        else:
+            starts = starts + rows[0]
         return windows.index_select(0, starts.view(-1)).view(n, c, h, w)
 
 
@@ -238,7 +242,7 @@ class TensorLoader:
         images = gather(images, device_index, self._generator) if gather else images.index_select(0, device_index)
         rest = [t.index_select(0, device_index) for t in self.tensors[1:]]
         if images.dtype == torch.uint8:
-            images = images.float().div_(255)
+            images = images.div(255)  # one kernel: a float32 result
         if getattr(self.augment, "positional", False):
             images = self.augment(images, self._generator, index=device_index, epoch=self._epoch_now)
         elif self.augment is not None and gather is None:

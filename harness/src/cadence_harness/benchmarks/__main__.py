@@ -1,10 +1,11 @@
-"""Run every benchmark: start-up, trainer overhead, augmentation, model surgery, the compiled step."""
+"""Run every benchmark: start-up, trainer overhead, the harness's host time per step, the loaders alone,
+augmentation, model surgery, the compiled step."""
 
 from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("startup", "overhead", "augment", "surgery", "compiled")
+BENCHMARKS = ("startup", "overhead", "harness_step", "loader_rate", "augment", "surgery", "compiled")
 
 
 def main() -> None:

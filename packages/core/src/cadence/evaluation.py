@@ -1,8 +1,9 @@
 """The evaluation and prediction loops, with their events; the `Trainer` calls them.
 
 Both run the model in eval mode without gradients, under the run's precision, and put the model's
-mode back afterwards. Evaluation updates the model's eval metrics and returns them computed;
-prediction returns the outputs (moved to the CPU) or nothing.
+mode back afterwards. Evaluation updates the model's eval metrics on the device and returns them
+computed, read back once at the end: torchmetrics' input checks (``validate_args``, which read values
+back) run on the first batch only. Prediction returns the outputs (moved to the CPU) or nothing.
 """
 
 from __future__ import annotations
@@ -30,17 +31,25 @@ def run_eval(engine: Engine, batches: Iterable[Any]) -> dict[str, float]:
         metric.reset()
     engine.run_event(Event.EVAL_START)
     evaluated = 0
-    for batch in batches:
-        evaluated += 1
-        state.batch = batch_to_device(batch, state.device)
-        engine.run_event(Event.EVAL_BATCH_START)
-        engine.run_event(Event.EVAL_BEFORE_FORWARD)
-        with autocast_context(state.precision, state.device):
-            state.outputs = state.model.eval_forward(state.batch)
-        engine.run_event(Event.EVAL_AFTER_FORWARD)
-        for metric in state.eval_metrics.values():
-            state.model.update_metric(state.batch, state.outputs, metric)
-        engine.run_event(Event.EVAL_BATCH_END)
+    checking = [m for m in state.eval_metrics.values() if getattr(m, "validate_args", None) is True]
+    try:
+        for batch in batches:
+            evaluated += 1
+            state.batch = batch_to_device(batch, state.device)
+            engine.run_event(Event.EVAL_BATCH_START)
+            engine.run_event(Event.EVAL_BEFORE_FORWARD)
+            with autocast_context(state.precision, state.device):
+                state.outputs = state.model.eval_forward(state.batch)
+            engine.run_event(Event.EVAL_AFTER_FORWARD)
+            for metric in state.eval_metrics.values():
+                state.model.update_metric(state.batch, state.outputs, metric)
+            if evaluated == 1:  # inputs checked on the first batch only: the check reads values back (a sync)
+                for metric in checking:
+                    metric.validate_args = False
+            engine.run_event(Event.EVAL_BATCH_END)
+    finally:
+        for metric in checking:
+            metric.validate_args = True
     if not evaluated:
         raise ValueError(
             "eval_dataloader yielded no batches, so there is nothing to evaluate (metrics would read 0 or NaN); "

@@ -1,0 +1,348 @@
+"""Host time per training step outside the model: the harness's own path against a hand-written loop.
+
+An airbench-class CIFAR-10 step takes about 4.5 ms on an H100, where the device works while the host
+queues the next step: whatever the host does per step beyond launching the model is what the harness
+must keep small. Here, on the CPU with one thread and a near-zero-cost model (``Flatten`` + one
+``Linear(3072, 10)`` on 32x32 images), both loops train on the same data, side by side in one process:
+
+* ``hand-written``: a permutation per epoch, a gather, flip and crop on the batch (the harness's own
+  batch functions), forward, loss, backward, SGD step; at each epoch's end an evaluation that counts
+  correct predictions on the device and reads them back once;
+* ``harness``: what ``cadence-bench run`` runs: `TensorLoader` with the recipe's batched flip and crop,
+  the `Trainer` with `RunTimer` and `FlopCounter`, the batched `MLFlowLogger` (to a temporary sqlite
+  store) and an evaluation at each epoch's end; and the same Trainer with those pieces added one at a
+  time, so the difference splits into what each adds.
+
+The steady state is timed from step `WARMUP_STEPS` to the last step (evaluations included, as they fall
+in a run); the FLOP-counted first step is shown apart. Then the pieces alone: an epoch of the loader with
+its augmentation against the hand-written slicing, one `log_metrics` call of the per-step metrics, and
+an evaluation per batch. Goal (issue 27): the harness adds <= 200 us per step. Prints numbers; it is
+not a test.
+
+    python -m cadence_harness.benchmarks.harness_step [--steps 640] [--repeats 5] [--batch-size 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cadence import Callback, Classifier, Trainer
+from cadence_harness import loaders
+from cadence_harness.benchmarks.machine import cpu_description
+from cadence_harness.data import synthetic_images
+from cadence_harness.flops import FlopCounter
+from cadence_harness.timing import RunTimer
+
+GOAL_US = 200.0
+WARMUP_STEPS = 8
+STEPS_PER_EPOCH, EVAL_BATCHES = 64, 8  # CIFAR-10 at batch 512 / eval batch 1024 has about 98 and 10
+EVAL_BATCH_SIZE = 256
+IMAGE_SIZE, CLASSES = 32, 10
+VARIANTS = ("hand-written loop", "Trainer + loader", "+ RunTimer", "+ FlopCounter", "+ MLFlowLogger (harness)")
+
+
+CLOCKS = {"wall": time.perf_counter, "main thread": time.thread_time, "process": time.process_time}
+
+
+@dataclass
+class Steps:
+    """The time at the end of every step of one run, on each of `CLOCKS`: the wall clock; the CPU time of the
+    thread that trains (what feeds a GPU, whatever else runs on the machine); the CPU time of every thread
+    of the process (with the MLflow logger's background threads)."""
+
+    start: tuple[float, ...] = ()
+    ends: list[tuple[float, ...]] = field(default_factory=list)
+
+    @staticmethod
+    def now() -> tuple[float, ...]:
+        return tuple(clock() for clock in CLOCKS.values())
+
+    def begin(self) -> None:
+        self.start = self.now()
+
+    def mark(self) -> None:
+        self.ends.append(self.now())
+
+    def steady_us(self, clock: int) -> float:
+        """Microseconds per step after the warm-up, on clock number `clock` of `CLOCKS`."""
+        steps = len(self.ends) - WARMUP_STEPS
+        return 1e6 * (self.ends[-1][clock] - self.ends[WARMUP_STEPS - 1][clock]) / steps
+
+    def first_us(self, clock: int) -> float:
+        return 1e6 * (self.ends[0][clock] - self.start[clock])
+
+
+class StepClock(Callback):
+    """Marks the end of every step (after the other callbacks' BATCH_END)."""
+
+    def __init__(self, steps: Steps):
+        self.steps = steps
+
+    def fit_start(self, state: Any, logger: Any) -> None:
+        self.steps.begin()
+
+    def batch_end(self, state: Any, logger: Any) -> None:
+        self.steps.mark()
+
+
+@dataclass
+class Data:
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    batch_size: int
+
+    @classmethod
+    def build(cls, batch_size: int) -> Data:
+        images = synthetic_images(STEPS_PER_EPOCH * batch_size, EVAL_BATCHES * EVAL_BATCH_SIZE, IMAGE_SIZE, CLASSES)
+        return cls(images.train_x, images.train_y, images.test_x, images.test_y, batch_size)
+
+    def train_loader(self) -> loaders.TensorLoader:
+        augment = loaders.make_augment("flip_crop", IMAGE_SIZE)
+        return loaders.TensorLoader(
+            (self.train_x, self.train_y), batch_size=self.batch_size, shuffle=True, drop_last=True, augment=augment
+        )
+
+    def eval_loader(self) -> loaders.TensorLoader:
+        return loaders.TensorLoader((self.test_x, self.test_y), batch_size=EVAL_BATCH_SIZE, shuffle=False)
+
+
+def tiny_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * IMAGE_SIZE * IMAGE_SIZE, CLASSES))
+
+
+# The hand-written loop ----------------------------------------------------------------------------
+def hand_batches(data: Data, epoch: int, generator: torch.Generator, augment: loaders.FlipCrop) -> Any:
+    """The batches a hand-written loop makes with the same kernels: a permutation, then per batch the flipped
+    and cropped images gathered in one copy (`FlipCrop.gather`), scaled to [0, 1], and their labels."""
+    order = torch.randperm(len(data.train_y), generator=torch.Generator().manual_seed(epoch))
+    for start in range(0, STEPS_PER_EPOCH * data.batch_size, data.batch_size):
+        index = order[start : start + data.batch_size]
+        yield augment.gather(data.train_x, index, generator).div(255), data.train_y.index_select(0, index)
+
+
+@torch.no_grad()
+def hand_eval(model: nn.Module, data: Data) -> tuple[float, float]:
+    """Accuracy and mean cross-entropy (the harness's two eval metrics), summed on the device, read back once."""
+    model.eval()
+    correct, loss = torch.zeros((), dtype=torch.long), torch.zeros(())
+    for start in range(0, len(data.test_y), EVAL_BATCH_SIZE):
+        images, labels = (
+            data.test_x[start : start + EVAL_BATCH_SIZE].div(255),
+            data.test_y[start : start + EVAL_BATCH_SIZE],
+        )
+        logits = model(images)
+        correct += (logits.argmax(1) == labels).sum()
+        loss += F.cross_entropy(logits, labels, reduction="sum")
+    model.train()
+    return correct.item() / len(data.test_y), loss.item() / len(data.test_y)
+
+
+def hand_loop(data: Data, steps: int) -> Steps:
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    generator, augment, clock, done = torch.Generator(), loaders.FlipCrop(IMAGE_SIZE // 8), Steps(), 0
+    clock.begin()
+    for epoch in range(-(-steps // STEPS_PER_EPOCH)):
+        for images, labels in hand_batches(data, epoch, generator, augment):
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+            done += 1
+            clock.mark()
+            if done == steps:
+                return clock
+        hand_eval(model, data)
+    return clock
+
+
+# The harness's path --------------------------------------------------------------------------------
+class MLflowStore:
+    """A temporary sqlite tracking store shared by the runs of this benchmark (created once)."""
+
+    def __init__(self) -> None:
+        self._folder = tempfile.TemporaryDirectory(prefix="cadence-harness-step-")
+        self.uri = f"sqlite:///{Path(self._folder.name) / 'mlflow.db'}"
+        self.spill = Path(self._folder.name) / "spill"
+
+    def logger(self) -> Any:
+        from cadence.loggers import MLFlowLogger
+
+        return MLFlowLogger(experiment_name="harness_step", tracking_uri=self.uri, spill_dir=self.spill)
+
+    def close(self) -> None:
+        self._folder.cleanup()
+
+
+def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tuple[Steps, Trainer]:
+    """The Trainer with the first `pieces` of (RunTimer, FlopCounter, MLFlowLogger); returns its step times."""
+    clock, flops = Steps(), FlopCounter()
+    timer = RunTimer("MulticlassAccuracy", 0.99, work_counted=(lambda: flops.pieces) if pieces >= 2 else None)
+    callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.run.execute builds them
+    model = Classifier(tiny_model(), num_classes=CLASSES)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=data.train_loader(),
+        eval_dataloader=data.eval_loader(),
+        eval_interval="1ep",
+        max_duration=f"{steps}ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+        callbacks=[*callbacks, StepClock(clock)],
+        loggers=[store.logger()] if pieces >= 3 else [],
+        device="cpu",
+        seed=0,
+        progress_bar=False,
+    )
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    return clock, trainer
+
+
+def measure(data: Data, steps: int, repeats: int, store: MLflowStore) -> dict[str, list[Steps]]:
+    """Every variant `repeats` times, interleaved, after one warm-up round."""
+    runs: dict[str, Callable[[], Steps]] = {VARIANTS[0]: lambda: hand_loop(data, steps)}
+    for pieces, name in enumerate(VARIANTS[1:]):
+        runs[name] = lambda pieces=pieces: trainer_run(data, steps, pieces, store)[0]
+    for run in runs.values():
+        run()
+    results: dict[str, list[Steps]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            results[name].append(run())
+    return results
+
+
+# The pieces alone ----------------------------------------------------------------------------------
+def _median_us(work: Callable[[], int], repeats: int) -> float:
+    """Median microseconds per unit of `work` (which returns how many units it did)."""
+    times = []
+    for _ in range(repeats + 1):
+        start = time.thread_time()
+        units = work()
+        times.append(1e6 * (time.thread_time() - start) / units)
+    return statistics.median(times[1:])
+
+
+def loader_alone(data: Data, repeats: int) -> tuple[float, float]:
+    """(TensorLoader, hand-written) microseconds per batch over an epoch, with flip and crop."""
+    loader, generator, augment = data.train_loader(), torch.Generator(), loaders.FlipCrop(IMAGE_SIZE // 8)
+    return (
+        _median_us(lambda: sum(1 for _ in loader), repeats),
+        _median_us(lambda: sum(1 for _ in hand_batches(data, 0, generator, augment)), repeats),
+    )
+
+
+def logging_alone(store: MLflowStore, calls: int, repeats: int) -> float:
+    """Microseconds of one per-step ``log_metrics`` (a loss tensor and a learning rate) on the MLFlowLogger."""
+    logger = store.logger()
+    loss, step = torch.tensor(0.5), iter(range(1, 10**9))
+    try:
+        return _median_us(
+            lambda: sum(
+                1
+                for _ in range(calls)
+                if logger.log_metrics({"loss/train/total": loss, "lr-SGD/group0": 0.01}, next(step)) is None
+            ),
+            repeats,
+        )
+    finally:
+        logger.finish()
+
+
+def evaluation_alone(data: Data, repeats: int) -> tuple[float, float]:
+    """(Trainer.eval, hand-written evaluation) microseconds per eval batch."""
+    model = Classifier(tiny_model(), num_classes=CLASSES)
+    trainer = Trainer(model=model, eval_dataloader=data.eval_loader(), device="cpu", seed=0, progress_bar=False)
+    hand = tiny_model()
+    batches = -(-len(data.test_y) // EVAL_BATCH_SIZE)
+
+    def harness() -> int:
+        trainer.eval()
+        return batches
+
+    def by_hand() -> int:
+        hand_eval(hand, data)
+        return batches
+
+    try:
+        return _median_us(harness, repeats), _median_us(by_hand, repeats)
+    finally:
+        trainer.close()
+
+
+MAIN_THREAD = list(CLOCKS).index("main thread")
+
+
+def _median(runs: list[Steps], clock: int) -> float:
+    return statistics.median(run.steady_us(clock) for run in runs)
+
+
+def flop_counted_first_step_ms(results: dict[str, list[Steps]]) -> float:
+    """The first step with FlopCounter minus the first step without, main-thread CPU (median of the repeats)."""
+    with_counter = statistics.median(run.first_us(MAIN_THREAD) for run in results["+ FlopCounter"])
+    return (with_counter - statistics.median(run.first_us(MAIN_THREAD) for run in results["+ RunTimer"])) / 1000
+
+
+def print_results(results: dict[str, list[Steps]]) -> float:
+    """The table of variants; returns the harness's main-thread microseconds per step over the hand-written loop."""
+    hand = [_median(results[VARIANTS[0]], clock) for clock in range(len(CLOCKS))]
+    print(f"{'us per step':<28}" + "".join(f" {name:>12} {'+/-hand':>8}" for name in CLOCKS))
+    for name, runs in results.items():
+        cells = [(_median(runs, clock), _median(runs, clock) - hand[clock]) for clock in range(len(CLOCKS))]
+        print(f"{name:<28}" + "".join(f" {value:12.1f} {extra:+8.1f}" for value, extra in cells))
+    return _median(results[VARIANTS[-1]], MAIN_THREAD) - hand[MAIN_THREAD]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10 * STEPS_PER_EPOCH)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args(argv)
+    if args.steps <= WARMUP_STEPS:
+        parser.error(f"--steps {args.steps} must exceed the {WARMUP_STEPS} warm-up steps")
+    torch.set_num_threads(1)
+    data = Data.build(args.batch_size)
+    store = MLflowStore()
+    try:
+        results = measure(data, args.steps, args.repeats, store)
+        loader_us, hand_loader_us = loader_alone(data, args.repeats)
+        log_us = logging_alone(store, 1000, args.repeats)
+        eval_us, hand_eval_us = evaluation_alone(data, args.repeats)
+    finally:
+        store.close()
+    print(
+        f"host time per training step outside the model: CPU, 1 thread, Linear(3072, 10) on {args.batch_size} "
+        f"images of 32x32 with flip+crop, {args.steps} steps ({STEPS_PER_EPOCH} an epoch, an evaluation of "
+        f"{EVAL_BATCHES} batches of {EVAL_BATCH_SIZE} after each), median of {args.repeats} interleaved runs"
+    )
+    print(f"{cpu_description()}; torch {torch.__version__}")
+    extra = print_results(results)
+    verdict = "PASS" if extra <= GOAL_US else "FAIL"
+    print(f"harness - hand-written, main thread: {extra:.1f} us per step; goal <= {GOAL_US:.0f} us: {verdict}")
+    print("the pieces alone (main-thread CPU time):")
+    print(f"  loader + flip/crop: {loader_us:.1f} us per batch (hand-written {hand_loader_us:.1f}, "
+          f"{loader_us - hand_loader_us:+.1f})")  # fmt: skip
+    print(f"  MLFlowLogger.log_metrics of a step's loss and lr: {log_us:.1f} us per call (the caller's share)")
+    print(f"  evaluation: {eval_us:.1f} us per eval batch (hand-written {hand_eval_us:.1f}, "
+          f"{eval_us - hand_eval_us:+.1f})")  # fmt: skip
+    print(f"  FlopCounter's counted step: {flop_counted_first_step_ms(results):+.1f} ms, once per distinct shape")
+
+
+if __name__ == "__main__":
+    main()
