@@ -1,26 +1,30 @@
-"""TensorboardLogger and WandBLogger, read back from the files they write (no network: W&B runs offline)."""
+"""TensorboardLogger and WandBLogger: TensorBoard read back from the files it writes, W&B from a real offline run."""
 
 from __future__ import annotations
 
-import json
-import struct
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from cadence import InMemoryLogger, Trainer
+from cadence import Callback, InMemoryLogger, Trainer
 from cadence.loggers import LoggerDestination
 from cadence.testing import mlp_classifier
 
+if TYPE_CHECKING:
+    from cadence.loggers.logger import Logger
+    from cadence.state import State
 
-def _run(logger: LoggerDestination, run_name: str, **kwargs: Any) -> InMemoryLogger:
-    """Four batches of a tiny classifier logging to `logger`; returns what an InMemoryLogger saw."""
+
+def _trainer(logger: LoggerDestination, run_name: str, **kwargs: Any) -> tuple[Trainer, InMemoryLogger]:
+    """A tiny classifier trained for four batches (unless `max_duration` says otherwise) logging to `logger`,
+    and an InMemoryLogger beside it that sees the same values."""
     torch.manual_seed(0)
     model = mlp_classifier(in_features=4, num_classes=2, hidden=4)
     data = TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,)))
@@ -29,15 +33,20 @@ def _run(logger: LoggerDestination, run_name: str, **kwargs: Any) -> InMemoryLog
         model=model,
         train_dataloader=DataLoader(data, batch_size=10),
         eval_dataloader=DataLoader(data, batch_size=20),
-        max_duration="4ba",
         optimizers=torch.optim.SGD(model.parameters(), lr=0.5),
         loggers=[logger, memory],
         run_name=run_name,
         seed=0,
         device="cpu",
         progress_bar=False,
-        **kwargs,
+        **{"max_duration": "4ba", **kwargs},
     )
+    return trainer, memory
+
+
+def _run(logger: LoggerDestination, run_name: str, **kwargs: Any) -> InMemoryLogger:
+    """Fit and close a `_trainer`; returns what its InMemoryLogger saw."""
+    trainer, memory = _trainer(logger, run_name, **kwargs)
     trainer.fit()
     trainer.close()
     return memory
@@ -111,59 +120,56 @@ def test_tensorboard_logger_says_how_to_install_tensorboard(tmp_path: Path, monk
 
 
 # Weights & Biases (offline) ------------------------------------------------------------------------
-def _records(path: Path) -> list[Any]:
-    """The protobuf records of a W&B run file (``run-<id>.wandb``): a 7-byte header, then 32 KiB blocks
-    of chunks, each with a 7-byte header (crc32, length, type: 1 whole, 2 first, 3 middle, 4 last)."""
-    from wandb.proto import wandb_internal_pb2
+# How these tests read W&B: a real wandb runs offline underneath, and the tests read back only what wandb
+# documents: the arguments cadence hands to its public calls (``wandb.init``, ``Run.log`` with ``step=``,
+# ``Run.finish(exit_code=)``), recorded on their way through to the real run, and the run's public attributes
+# (``id``, ``name``, ``project``, ``config``). They never parse the offline run file (``run-<id>.wandb``):
+# its layout is wandb's private format, written by a separate process (wandb-core) that may still be writing it
+# after ``Run.finish`` returns (wandb 0.31 only publishes the stream's finish), so with wandb 0.31 a test reading
+# it failed in 3 of 5 runs of ``pytest -n 2``.
+# Because every call still reaches the real wandb, an argument a wandb release stops accepting still fails
+# here. Measured passing with wandb 0.21.4 (the floor of the ``wandb`` extra in packages/core/pyproject.toml, which
+# says why), 0.22.0, 0.22.3, 0.25.1, 0.28.2, 0.30.0 and 0.31.0.
+@dataclass
+class _RecordedRun:
+    """One real wandb run and what cadence handed to wandb for it."""
 
-    data, block, position, pending, records = path.read_bytes(), 32768, 7, b"", []
-    assert data[:4] == b":W&B", f"{path} is not a W&B run file"
-    while position + 7 <= len(data):
-        if block - position % block < 7:  # too little room left for a chunk header: the block is padded
-            position += block - position % block
-            continue
-        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
-        if kind == 0:
-            break
-        pending += data[position + 7 : position + 7 + length]
-        position += 7 + length
-        if kind in (1, 4):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            records.append(record)
-            pending = b""
-    return records
+    run: Any
+    init_kwargs: dict[str, Any]
+    rows: dict[Any, dict[str, Any]] = field(default_factory=dict)  # Run.log's data by its step, in logging order
+    exit_codes: list[Any] = field(default_factory=list)  # Run.finish's exit_code, once per call
 
 
-def _run_files(root: Path, run_id: str) -> list[Path]:
-    """Every offline run file of W&B run `run_id` (a resumed run's folder name ends in -1, -2, ...)."""
-    return sorted((root / "wandb").glob(f"offline-run-*-{run_id}*/run-{run_id}.wandb"))
+def _record_wandb_runs(wandb: Any, monkeypatch: pytest.MonkeyPatch) -> list[_RecordedRun]:
+    """Record every run that ``wandb.init`` starts from now on, passing each call through to wandb unchanged."""
+    runs: list[_RecordedRun] = []
+    real_init = wandb.init
 
+    def init(**kwargs: Any) -> Any:
+        run = real_init(**kwargs)
+        recorded = _RecordedRun(run, dict(kwargs))
+        real_log, real_finish = run.log, run.finish
 
-def _offline_run(path: Path) -> dict[str, Any]:
-    """What an offline run file holds: the run's name and project, its config, the history rows by step (without
-    W&B's own ``_step``, ``_runtime``, ``_timestamp``) and the exit code."""
-    run: dict[str, Any] = {"history": {}, "config": {}, "exit_code": None}
-    for record in _records(path):
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            run.update(name=record.run.display_name, project=record.run.project)
-            run["config"].update({item.key: json.loads(item.value_json) for item in record.run.config.update})
-        elif kind == "config":
-            run["config"].update({item.key: json.loads(item.value_json) for item in record.config.update})
-        elif kind == "history":
-            items = {item.key or "/".join(item.nested_key): item.value_json for item in record.history.item}
-            row = {key: json.loads(value) for key, value in items.items() if not key.startswith("_")}  # not W&B's own
-            run["history"][record.history.step.num] = row
-        elif kind == "exit":
-            run["exit_code"] = record.exit.exit_code
-    return run
+        def log(data: dict[str, Any], step: Any = None, **options: Any) -> Any:
+            recorded.rows.setdefault(step, {}).update(data)
+            return real_log(data, step=step, **options)
+
+        def finish(exit_code: Any = None, **options: Any) -> Any:
+            recorded.exit_codes.append(exit_code)
+            return real_finish(exit_code=exit_code, **options)
+
+        run.log, run.finish = log, finish
+        runs.append(recorded)
+        return run
+
+    monkeypatch.setattr(wandb, "init", init)
+    return runs
 
 
 @pytest.fixture
-def offline_wandb(tmp_path: Path, monkeypatch) -> Iterator[Path]:
-    """W&B without network, writing under `tmp_path` only; its settings singleton (which caches the
-    environment it first saw) is torn down afterwards."""
+def wandb_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[_RecordedRun]]:
+    """The runs W&B starts in this test, offline and writing under `tmp_path` only; wandb's settings singleton
+    (which caches the environment it first saw) is torn down before and after."""
     wandb = pytest.importorskip("wandb", reason="WandBLogger needs wandb: pip install 'cadence[wandb]'")
     for variable, value in {
         "WANDB_MODE": "offline",
@@ -177,42 +183,78 @@ def offline_wandb(tmp_path: Path, monkeypatch) -> Iterator[Path]:
         monkeypatch.setenv(variable, value)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     wandb.teardown()
-    yield tmp_path
+    yield _record_wandb_runs(wandb, monkeypatch)
     wandb.teardown()
 
 
-def test_wandb_logger_offline_run_holds_the_metrics_by_step_and_the_config(offline_wandb: Path) -> None:
+def test_wandb_logger_logs_the_metrics_by_step_and_the_config_into_one_run(
+    wandb_runs: list[_RecordedRun], tmp_path: Path
+) -> None:
     from cadence.loggers import WandBLogger
 
-    logger = WandBLogger(project="cadence-tests", init_kwargs={"mode": "offline", "dir": str(offline_wandb)})
+    logger = WandBLogger(project="cadence-tests", init_kwargs={"mode": "offline", "dir": str(tmp_path)})
     memory = _run(logger, "wb-run")
-    saved = logger.state_dict()
     assert logger.run is None  # finished by Trainer.close
-    (path,) = _run_files(offline_wandb, saved["run_id"])
-    run = _offline_run(path)
-    assert (run["name"], run["project"]) == ("wb-run", "cadence-tests")  # named after the trainer's run
+    (recorded,) = wandb_runs
+    run = recorded.run
+    assert (run.name, run.project) == ("wb-run", "cadence-tests")  # named after the trainer's run
+    assert recorded.init_kwargs["dir"] == str(tmp_path)  # init_kwargs reach wandb.init
+    assert logger.state_dict() == {"run_id": run.id}  # what a checkpoint keeps to continue this run
     steps, losses = _values(memory, "loss/train/total")
-    assert sorted(run["history"]) == steps == [1, 2, 3, 4]
-    assert [run["history"][step]["loss/train/total"] for step in steps] == pytest.approx(losses)
-    assert run["history"][4]["metrics/eval/MulticlassAccuracy"] == pytest.approx(
+    assert list(recorded.rows) == steps == [1, 2, 3, 4]  # one row per batch, at the batch as W&B's step
+    assert [recorded.rows[step]["loss/train/total"] for step in steps] == pytest.approx(losses)
+    assert recorded.rows[4]["metrics/eval/MulticlassAccuracy"] == pytest.approx(
         memory.most_recent_values["metrics/eval/MulticlassAccuracy"]
     )
-    assert run["config"]["seed"] == 0 and run["config"]["max_duration"] == "4ba"
-    assert run["exit_code"] == 0
+    logged = [value for row in recorded.rows.values() for value in row.values()]
+    assert all(type(value) in (int, float) for value in logged), logged  # plain numbers, never tensors
+    config = dict(run.config)
+    assert config["seed"] == 0 and config["max_duration"] == "4ba"
+    assert recorded.exit_codes == [0]
 
 
-def test_wandb_logger_resumes_its_run_from_a_checkpoint_and_records_a_failure(offline_wandb: Path) -> None:
+class _FailAtBatch(Callback):
+    def __init__(self, batch: int):
+        self.batch = batch
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        if state.timestamp.batch == self.batch:
+            raise RuntimeError("boom")
+
+
+def test_wandb_logger_continues_its_run_after_a_checkpoint_and_records_a_failure(
+    wandb_runs: list[_RecordedRun], tmp_path: Path
+) -> None:
     from cadence.loggers import WandBLogger
 
-    first = WandBLogger(project="cadence-tests")  # offline through WANDB_MODE
-    first.log_metrics({"x": 1.0}, step=1)
-    saved = first.state_dict()
-    first.finish()
-    resumed = WandBLogger(project="cadence-tests")
-    resumed.load_state_dict(saved)  # as a checkpoint restores it, before AFTER_LOAD starts the run
-    resumed.log_metrics({"x": torch.tensor(2.0)}, step=2)
-    assert resumed.run.id == saved["run_id"]
-    resumed.finish("FAILED", error=RuntimeError("boom"))
-    runs = [_offline_run(path) for path in _run_files(offline_wandb, saved["run_id"])]
-    by_exit_code = {run["exit_code"]: run["history"] for run in runs}
-    assert by_exit_code == {0: {1: {"x": 1.0}}, 1: {2: {"x": 2.0}}}  # the failure is recorded as exit code 1
+    checkpoints = tmp_path / "checkpoints"
+    _run(WandBLogger(project="cadence-tests"), "wb-run", max_duration="2ba", save_folder=checkpoints)  # offline: env
+    (checkpoint,) = checkpoints.glob("ep*-ba*.pt")
+    trainer, memory = _trainer(
+        WandBLogger(project="cadence-tests"), "wb-run", load_path=checkpoint, callbacks=[_FailAtBatch(3)]
+    )
+    with pytest.raises(Exception, match="boom"):
+        trainer.fit()
+    trainer.close()
+    first, resumed = wandb_runs
+    assert resumed.run.id == first.run.id  # one W&B run across the resume, not a second one
+    assert (resumed.init_kwargs["id"], resumed.init_kwargs["resume"]) == (first.run.id, "allow")
+    steps, _ = _values(memory, "loss/train/total")
+    assert (list(first.rows), list(resumed.rows), steps) == ([1, 2], [3], [3])  # the resumed run goes on at step 3
+    assert (first.exit_codes, resumed.exit_codes) == ([0], [1])  # the failure is recorded as exit code 1
+
+
+def test_wandb_logger_without_a_trainer_starts_its_run_at_the_first_value(wandb_runs: list[_RecordedRun]) -> None:
+    from cadence.loggers import WandBLogger
+
+    logger = WandBLogger(project="cadence-tests", tags=("a", "b"))
+    assert wandb_runs == []  # nothing starts before there is something to log
+    logger.log_metrics({"x": torch.tensor(2.0), "y": 3}, step=7)
+    logger.log_hyperparameters({"lr": torch.tensor(0.5)})
+    logger.finish("KILLED")
+    (recorded,) = wandb_runs
+    assert recorded.rows == {7: {"x": 2.0, "y": 3}}
+    assert (recorded.run.name, recorded.init_kwargs["tags"]) == ("run", ["a", "b"])  # no trainer: the run is "run"
+    assert dict(recorded.run.config)["lr"] == pytest.approx(0.5)
+    assert recorded.exit_codes == [1]  # KILLED is not FINISHED
+    assert logger.run is None

@@ -1,6 +1,6 @@
 """`WandBLogger`: metrics, hyperparameters and files in a Weights & Biases run (Composer's destination).
 
-Needs the ``wandb`` package (``pip install 'cadence[wandb]'``); it is imported when the run
+Needs the ``wandb`` package, 0.21.4 or newer (``pip install 'cadence[wandb]'``); it is imported when the run
 starts, never on ``import cadence``. The run starts on AFTER_LOAD (the run's name is final once
 a checkpoint is loaded), or at the first logged value when no trainer drives the logger. For a
 run without network, pass ``init_kwargs={"mode": "offline"}`` or set ``WANDB_MODE=offline``;
