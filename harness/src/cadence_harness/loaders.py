@@ -153,6 +153,13 @@ class FlipCrop:
         return windows.index_select(0, starts.view(-1)).view(n, c, h, w)
 
 
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device`; to a GPU through pinned memory, asynchronously (a pageable copy waits)."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 class TensorLoader:
     """Shuffled batches sliced from tensors that already live on the device.
 
@@ -212,7 +219,7 @@ class TensorLoader:
 
     def __iter__(self) -> Iterator[Any]:
         order = self._start_epoch()
-        device_order = order.to(self.device)  # one copy per epoch: a pageable copy per batch would wait for the GPU
+        device_order = _to_device(order, self.device)  # one copy per epoch, which the host does not wait for
         self.epoch += 1
         for start in range(0, len(self) * self.batch_size, self.batch_size):
             stop = start + self.batch_size
@@ -227,7 +234,7 @@ class TensorLoader:
     def peek(self) -> Any:
         """The first batch the next epoch will yield, without advancing anything (for checks before training)."""
         index = self._start_epoch()[: self.batch_size]
-        return self._batch(index, index.to(self.device))
+        return self._batch(index, _to_device(index, self.device))
 
     def _batch(self, index: torch.Tensor, device_index: torch.Tensor) -> Any:
         """The batch of samples `index` (host copy, for lengths) / `device_index` (the same on the device)."""

@@ -1,9 +1,10 @@
 """Text batches that keep the device busy: tokenised once per process, batched by length, few shapes.
 
 * **Tokenised once.** `encoded_texts` and `language_blocks` keep their tensors (on the CPU) in a small
-  in-process cache keyed by the tokenizer's content, the texts and the length: the runs of an in-process
-  grid tokenise a dataset once. A tokenizer trained anew for a run is a different tokenizer unless its
-  vocabulary comes out the same, and then it is a miss (which is correct: its ids differ).
+  in-process cache keyed by the tokenizer's content, the texts and the length, and `resident.on_device`
+  keeps their copy on the device: the runs of an in-process grid tokenise and copy a dataset once. A
+  tokenizer trained anew for each run hits the cache only when it comes out the same (BPE does; the
+  WordPiece trainer breaks ties differently from run to run, and different ids must miss).
 * **Batched by length.** `LengthBucketLoader` shuffles per epoch, cuts the order into pools of
   `pool_batches` batches, sorts each pool by length (ties keep their shuffled order) and shuffles the
   pool's batches among all the others, so that each batch holds samples of similar lengths (HF
@@ -24,6 +25,7 @@ from typing import Any
 
 import torch
 
+from cadence_harness import resident
 from cadence_harness.loaders import TensorLoader
 from cadence_harness.models import pack_blocks, tokenize
 
@@ -171,7 +173,7 @@ def text_loader(
     """Classification batches ``{input_ids, attention_mask[, token_type_ids], labels}`` batched by length."""
     encoded = encoded_texts(tokenizer, texts, max_length)
     return LengthBucketLoader(
-        tuple(t.to(device) for t in (*encoded.values(), labels)),
+        resident.on_device((*encoded.values(), labels), device),  # copied once per process
         keys=(*encoded, "labels"),
         lengths=encoded["attention_mask"].sum(1),
         batch_size=batch_size,
@@ -194,7 +196,7 @@ def language_loader(
     """Language-modelling batches of full blocks (one shape, no padding: nothing to bucket)."""
     blocks = language_blocks(tokenizer, texts, block_size)
     return TensorLoader(
-        tuple(t.to(device) for t in blocks.values()),
+        resident.on_device(tuple(blocks.values()), device),
         batch_size=batch_size,
         shuffle=train,
         drop_last=train,

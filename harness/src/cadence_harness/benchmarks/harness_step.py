@@ -19,7 +19,10 @@ its augmentation against the hand-written slicing, one `log_metrics` call of the
 an evaluation per batch. Goal (issue 27): the harness adds <= 200 us per step. Prints numbers; it is
 not a test.
 
-    python -m cadence_harness.benchmarks.harness_step [--steps 640] [--repeats 5] [--batch-size 64]
+    python -m cadence_harness.benchmarks.harness_step [--steps 640] [--repeats 5] [--batch-size 64] [--device gpu]
+
+``--device gpu`` runs the same on a CUDA GPU (fp32, as the hand-written loop): with a model this small the
+device waits for the host, so the wall clock per step is the host's work per step there.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ WARMUP_STEPS = 8
 STEPS_PER_EPOCH, EVAL_BATCHES = 64, 8  # CIFAR-10 at batch 512 / eval batch 1024 has about 98 and 10
 EVAL_BATCH_SIZE = 256
 IMAGE_SIZE, CLASSES = 32, 10
+CPU = torch.device("cpu")
 VARIANTS = ("hand-written loop", "Trainer + loader", "+ RunTimer", "+ FlopCounter", "+ MLFlowLogger (harness)")
 
 
@@ -103,11 +107,13 @@ class Data:
     test_x: torch.Tensor
     test_y: torch.Tensor
     batch_size: int
+    device: torch.device
 
     @classmethod
-    def build(cls, batch_size: int) -> Data:
+    def build(cls, batch_size: int, device: torch.device = CPU) -> Data:
         images = synthetic_images(STEPS_PER_EPOCH * batch_size, EVAL_BATCHES * EVAL_BATCH_SIZE, IMAGE_SIZE, CLASSES)
-        return cls(images.train_x, images.train_y, images.test_x, images.test_y, batch_size)
+        tensors = (t.to(device) for t in (images.train_x, images.train_y, images.test_x, images.test_y))
+        return cls(*tensors, batch_size=batch_size, device=device)
 
     def train_loader(self) -> loaders.TensorLoader:
         augment = loaders.make_augment("flip_crop", IMAGE_SIZE)
@@ -119,16 +125,16 @@ class Data:
         return loaders.TensorLoader((self.test_x, self.test_y), batch_size=EVAL_BATCH_SIZE, shuffle=False)
 
 
-def tiny_model() -> nn.Module:
+def tiny_model(device: torch.device = CPU) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Flatten(), nn.Linear(3 * IMAGE_SIZE * IMAGE_SIZE, CLASSES))
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * IMAGE_SIZE * IMAGE_SIZE, CLASSES)).to(device)
 
 
 # The hand-written loop ----------------------------------------------------------------------------
 def hand_batches(data: Data, epoch: int, generator: torch.Generator, augment: loaders.FlipCrop) -> Any:
     """The batches a hand-written loop makes with the same kernels: a permutation, then per batch the flipped
     and cropped images gathered in one copy (`FlipCrop.gather`), scaled to [0, 1], and their labels."""
-    order = torch.randperm(len(data.train_y), generator=torch.Generator().manual_seed(epoch))
+    order = torch.randperm(len(data.train_y), generator=torch.Generator().manual_seed(epoch)).to(data.device)
     for start in range(0, STEPS_PER_EPOCH * data.batch_size, data.batch_size):
         index = order[start : start + data.batch_size]
         yield augment.gather(data.train_x, index, generator).div(255), data.train_y.index_select(0, index)
@@ -138,7 +144,7 @@ def hand_batches(data: Data, epoch: int, generator: torch.Generator, augment: lo
 def hand_eval(model: nn.Module, data: Data) -> tuple[float, float]:
     """Accuracy and mean cross-entropy (the harness's two eval metrics), summed on the device, read back once."""
     model.eval()
-    correct, loss = torch.zeros((), dtype=torch.long), torch.zeros(())
+    correct, loss = torch.zeros((), dtype=torch.long, device=data.device), torch.zeros((), device=data.device)
     for start in range(0, len(data.test_y), EVAL_BATCH_SIZE):
         images, labels = (
             data.test_x[start : start + EVAL_BATCH_SIZE].div(255),
@@ -152,9 +158,10 @@ def hand_eval(model: nn.Module, data: Data) -> tuple[float, float]:
 
 
 def hand_loop(data: Data, steps: int) -> Steps:
-    model = tiny_model()
+    model = tiny_model(data.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    generator, augment, clock, done = torch.Generator(), loaders.FlipCrop(IMAGE_SIZE // 8), Steps(), 0
+    generator, augment = torch.Generator(device=data.device), loaders.FlipCrop(IMAGE_SIZE // 8)
+    clock, done = Steps(), 0
     clock.begin()
     for epoch in range(-(-steps // STEPS_PER_EPOCH)):
         for images, labels in hand_batches(data, epoch, generator, augment):
@@ -192,7 +199,7 @@ def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tupl
     clock, flops = Steps(), FlopCounter()
     timer = RunTimer("MulticlassAccuracy", 0.99, work_counted=(lambda: flops.pieces) if pieces >= 2 else None)
     callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.run.execute builds them
-    model = Classifier(tiny_model(), num_classes=CLASSES)
+    model = Classifier(tiny_model(data.device), num_classes=CLASSES)
     trainer = Trainer(
         model=model,
         train_dataloader=data.train_loader(),
@@ -202,7 +209,8 @@ def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tupl
         optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
         callbacks=[*callbacks, StepClock(clock)],
         loggers=[store.logger()] if pieces >= 3 else [],
-        device="cpu",
+        device=data.device,
+        precision="fp32",  # as the hand-written loop
         seed=0,
         progress_bar=False,
     )
@@ -240,7 +248,8 @@ def _median_us(work: Callable[[], int], repeats: int) -> float:
 
 def loader_alone(data: Data, repeats: int) -> tuple[float, float]:
     """(TensorLoader, hand-written) microseconds per batch over an epoch, with flip and crop."""
-    loader, generator, augment = data.train_loader(), torch.Generator(), loaders.FlipCrop(IMAGE_SIZE // 8)
+    loader, augment = data.train_loader(), loaders.FlipCrop(IMAGE_SIZE // 8)
+    generator = torch.Generator(device=data.device)
     return (
         _median_us(lambda: sum(1 for _ in loader), repeats),
         _median_us(lambda: sum(1 for _ in hand_batches(data, 0, generator, augment)), repeats),
@@ -266,9 +275,11 @@ def logging_alone(store: MLflowStore, calls: int, repeats: int) -> float:
 
 def evaluation_alone(data: Data, repeats: int) -> tuple[float, float]:
     """(Trainer.eval, hand-written evaluation) microseconds per eval batch."""
-    model = Classifier(tiny_model(), num_classes=CLASSES)
-    trainer = Trainer(model=model, eval_dataloader=data.eval_loader(), device="cpu", seed=0, progress_bar=False)
-    hand = tiny_model()
+    model = Classifier(tiny_model(data.device), num_classes=CLASSES)
+    trainer = Trainer(
+        model=model, eval_dataloader=data.eval_loader(), device=data.device, precision="fp32", progress_bar=False
+    )
+    hand = tiny_model(data.device)
     batches = -(-len(data.test_y) // EVAL_BATCH_SIZE)
 
     def harness() -> int:
@@ -286,6 +297,10 @@ def evaluation_alone(data: Data, repeats: int) -> tuple[float, float]:
 
 
 MAIN_THREAD = list(CLOCKS).index("main thread")
+
+
+def _where(device: torch.device) -> str:
+    return f"{torch.cuda.get_device_name(device)} (the host: 1 thread)" if device.type == "cuda" else "CPU, 1 thread"
 
 
 def _median(runs: list[Steps], clock: int) -> float:
@@ -313,11 +328,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=10 * STEPS_PER_EPOCH)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = parser.parse_args(argv)
     if args.steps <= WARMUP_STEPS:
         parser.error(f"--steps {args.steps} must exceed the {WARMUP_STEPS} warm-up steps")
+    if args.device == "gpu" and not torch.cuda.is_available():
+        parser.error("--device gpu: CUDA is not available here")
+    device = torch.device("cuda" if args.device == "gpu" else "cpu")
     torch.set_num_threads(1)
-    data = Data.build(args.batch_size)
+    data = Data.build(args.batch_size, device)
     store = MLflowStore()
     try:
         results = measure(data, args.steps, args.repeats, store)
@@ -327,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         store.close()
     print(
-        f"host time per training step outside the model: CPU, 1 thread, Linear(3072, 10) on {args.batch_size} "
+        f"host time per training step outside the model: {_where(device)}, Linear(3072, 10) on {args.batch_size} "
         f"images of 32x32 with flip+crop, {args.steps} steps ({STEPS_PER_EPOCH} an epoch, an evaluation of "
         f"{EVAL_BATCHES} batches of {EVAL_BATCH_SIZE} after each), median of {args.repeats} interleaved runs"
     )
