@@ -242,7 +242,7 @@ def build_airbench(
     [0, 1] floats, as the loader holds them); without images the layer stays at its random start."""
     network = airbench_network(num_classes, in_channels, tuple(widths), bn_momentum, scale)
     if init_images is not None:
-        whiten_from_images(network.whiten, normalize(init_images[:whiten_images].float().cpu()))
+        whiten_from_images(network.whiten, normalize(init_images[:whiten_images].cpu()))  # uint8 or [0, 1]
     module = nn.Sequential(OrderedDict(normalize=normalize, net=network))
     return AirbenchClassifier(
         module,
