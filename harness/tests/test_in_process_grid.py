@@ -84,3 +84,19 @@ def test_in_process_refuses_what_only_processes_can_do(tiny_recipe: Any) -> None
         run_grid(tiny_recipe(), isolate=False, timeout_s=10, progress=False)
     with pytest.raises(ValueError, match="time_limit_s=0 must be > 0"):
         run_grid(tiny_recipe(), time_limit_s=0, progress=False)
+
+
+def test_the_process_warm_up_trains_one_epoch_and_records_nothing(
+    tiny_recipe: Any, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cadence_harness import run
+    from cadence_harness.runners import warm_up_process
+    from cadence_harness.runspec import RunSpec
+
+    durations: list[str] = []
+    real = run.execute
+    monkeypatch.setattr(run, "execute", lambda spec, **kw: durations.append(spec.recipe.duration) or real(spec, **kw))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
+    assert warm_up_process(RunSpec(tiny_recipe(duration="3ep"), (), 0)) > 0
+    assert durations == ["1ep"]
+    assert MlflowClient(tracking_uri).get_experiment_by_name("tiny") is None  # nothing in the grid's store

@@ -31,7 +31,7 @@ from cadence_harness.budgets import leaf_recipes
 from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
 from cadence_harness.recipe import Recipe, RecipeError
 from cadence_harness.records import export_runs, import_records, records_file
-from cadence_harness.runners import run_one_in_process, run_one_in_subprocess
+from cadence_harness.runners import run_one_in_process, run_one_in_subprocess, warm_up_process
 from cadence_harness.runspec import TAG, RunSpec, config_hash
 from cadence_harness.tracking import finished_config_hashes, resolve_tracking_uri
 
@@ -214,6 +214,8 @@ def run_grid(
     bar = tqdm(total=len(todo), desc=f"grid {recipe.name}", unit="run", disable=not progress, dynamic_ncols=True)
 
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    if not isolate and todo and recipe.device == "gpu":  # one-time costs of the process, in no recorded run
+        bar.write(f"  warmed up the process in {warm_up_process(todo[0], data_dir=data_dir, download=download):.1f} s")
 
     def launch(spec: RunSpec) -> tuple[RunSpec, str | None, float]:
         if deadline is not None and time.monotonic() > deadline:
@@ -237,7 +239,7 @@ def run_grid(
                 result.finished.append(spec)
                 if records is not None:
                     export_runs(uri, recipe.name, records, config_hashes=[spec.config_hash])
-                bar.write(f"  finished {spec.run_name} in {elapsed:.0f} s")
+                bar.write(f"  finished {spec.run_name} in {elapsed:.1f} s")
             else:
                 result.failed.append((spec, reason))
                 last = reason.strip().splitlines()[-1] if reason.strip() else reason
