@@ -24,6 +24,16 @@ MODEL_AGNOSTIC_METHODS = ["gradient_clipping", "ema", "decoupled_weight_decay"]
 
 
 @pytest.fixture(autouse=True)
+def no_resident_data() -> Any:
+    """Each test loads its data itself: the process-wide resident cache (in-process grids) starts empty."""
+    from cadence_harness import resident
+
+    resident.clear()
+    yield
+    resident.clear()
+
+
+@pytest.fixture(autouse=True)
 def records_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Run records the command line writes go to a temporary folder, never to the repository's method_cards/runs."""
     folder = tmp_path / "records"
