@@ -154,3 +154,17 @@ def test_a_cyclic_run_records_its_costs_at_each_cycle_end(tiny_recipe: Any, trac
     assert first["train_s"] <= last["train_s"] <= result.metrics["final/train_s"]
     assert record.tag("curve") == "cyclic" and record.cycles == ("1ba", "2ba") and record.tag("budget") == "2ba"
     assert RunSpec.from_json(spec.to_json()) == spec
+
+
+def test_the_structure_key_follows_surgery_and_freezing_without_walking_the_model_each_step() -> None:
+    from cadence_harness.flops import _Structure
+
+    structure = _Structure()
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    before = structure(model)
+    model[0] = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())  # surgery registers modules
+    after = structure(model)
+    assert after[1] == before[1] + 2 and after[2] == before[2]
+    model[0][0].weight.requires_grad_(False)  # freezing registers nothing, and is still seen
+    assert structure(model)[2] == after[2] - 1
+    structure.close()

@@ -68,20 +68,21 @@ def test_warmup_batches_are_timed_apart() -> None:
 
 
 class SlowCounting(Callback):
-    """Stands in for the FLOP counter's slow first pass: counts a new piece of work (and sleeps) at batch 3."""
+    """Stands in for the FLOP counter's slow first pass: starts counting a new piece of work (and sleeps) in the
+    third batch, telling the timer as `FlopCounter` does (``on_count``)."""
 
-    def __init__(self) -> None:
-        self.pieces = 0
+    def __init__(self, on_count: Any) -> None:
+        self.on_count = on_count
 
     def before_forward(self, state: Any, logger: Any) -> None:
-        if state.timestamp.batch == 2:  # the third batch
-            self.pieces += 1
+        if state.timestamp.batch == 2:
+            self.on_count()
             time.sleep(0.3)
 
 
 def test_a_batch_during_which_work_is_counted_is_timed_apart_as_a_shape_warmup() -> None:
-    counting = SlowCounting()
-    timer = RunTimer("MulticlassAccuracy", target=None, work_counted=lambda: counting.pieces)
+    timer = RunTimer("MulticlassAccuracy", target=None)
+    counting = SlowCounting(timer.time_apart)
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
     model = Classifier(torch.nn.Linear(4, 2), 2)

@@ -15,7 +15,7 @@ often it ran:
 
 The first occurrence is counted on the real computation (no extra pass, no randomness drawn), so a
 method that changes shapes is counted as what ran. That one step runs under the mode's Python
-dispatch and is slower than the others; `pieces` says so, and the harness's `RunTimer` times
+dispatch and is slower than the others; `on_count` says so as it starts, and the harness's `RunTimer` times
 such a step apart (as a *shape warm-up*, with cuDNN autotuning and recompilation at that shape), so
 counting never slows the timed region.
 Evaluation is not training and is not counted. Counts follow FlopCounterMode: matrix products and
@@ -27,7 +27,7 @@ first occurrence.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -55,18 +55,49 @@ def shapes_of(value: Any) -> Any:
     return type(value).__name__
 
 
-def _structure(model: torch.nn.Module) -> tuple[bool, int, int]:
-    """What of the model changes its cost at a fixed input shape: mode, module count, trainable tensors."""
-    modules = sum(1 for _ in model.modules())
-    trainable = sum(1 for p in model.parameters() if p.requires_grad)
-    return (model.training, modules, trainable)
+class _Structure:
+    """What of the model changes its cost at a fixed input shape: mode, module count, trainable tensors.
+
+    Walking every module at every step costs tens of microseconds, so the module count and the parameter list
+    are kept and walked again only after a module or parameter was registered anywhere (surgery replaces
+    modules through registration; torch's global registration hooks say so); trainable tensors are counted
+    over the kept list each step (layer freezing changes ``requires_grad`` without registering anything).
+    """
+
+    def __init__(self) -> None:
+        self._stale = True
+        self._modules = 0
+        self._parameters: list[torch.nn.Parameter] = []
+        from torch.nn.modules import module as nn_module
+
+        self._hooks = [
+            nn_module.register_module_module_registration_hook(self._touch),
+            nn_module.register_module_parameter_registration_hook(self._touch),
+        ]
+
+    def _touch(self, *args: Any) -> None:
+        self._stale = True
+
+    def __call__(self, model: torch.nn.Module) -> tuple[bool, int, int]:
+        if self._stale:
+            self._modules = sum(1 for _ in model.modules())
+            self._parameters = list(model.parameters())
+            self._stale = False
+        return (model.training, self._modules, sum(p.requires_grad for p in self._parameters))
+
+    def close(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
 
 
 class FlopCounter(Callback):
     """Counts training FLOPs (see the module docstring); logs ``cost/flops`` at each evaluation and
     ``final/flops``, ``final/flop_shapes`` (distinct pieces of work counted) at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_count: Callable[[], None] | None = None) -> None:
+        """`on_count` is called as the counter starts counting a new piece of work, inside its slow step (the
+        harness's `RunTimer.time_apart`: the rest of that batch is timed as warm-up)."""
         self.flops: dict[Key, int] = {}
         self.counts: Counter[Key] = Counter()
         self._mode: FlopCounterMode | None = None
@@ -74,12 +105,8 @@ class FlopCounter(Callback):
         self._in_step = False
         self._in_eval = False
         self._hooks: list[Any] = []
-
-    @property
-    def pieces(self) -> int:
-        """How many pieces of work have been counted so far: a batch during which this grows ran one under the
-        counter's slow dispatch (time it apart, see `RunTimer`)."""
-        return len(self.flops) + (self._mode is not None)
+        self._structure: _Structure | None = None
+        self.on_count = on_count
 
     @property
     def total(self) -> int:
@@ -90,6 +117,8 @@ class FlopCounter(Callback):
         self.counts[key] += 1
         if key in self.flops or self._mode is not None:
             return
+        if self.on_count is not None:
+            self.on_count()
         self._mode = FlopCounterMode(display=False)
         self._mode.__enter__()
         self._measuring = key
@@ -107,10 +136,11 @@ class FlopCounter(Callback):
     def fit_start(self, state: State, logger: Logger) -> None:
         model = state.model
         self._hooks = [model.register_forward_pre_hook(self._pre_forward), model.register_forward_hook(self._forward)]
+        self._structure = _Structure()
 
     def before_forward(self, state: State, logger: Logger) -> None:
         self._in_step = True
-        self._begin(("step", shapes_of(state.batch), _structure(state.model)))
+        self._begin(("step", shapes_of(state.batch), self._structure_of(state.model)))
 
     def after_backward(self, state: State, logger: Logger) -> None:
         self._end()
@@ -120,7 +150,7 @@ class FlopCounter(Callback):
     def _pre_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         if self._in_step or self._in_eval:
             return
-        self._begin(("forward", shapes_of(args), torch.is_grad_enabled(), _structure(module)))
+        self._begin(("forward", shapes_of(args), torch.is_grad_enabled(), self._structure_of(module)))
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if not self._in_step and not self._in_eval:
@@ -145,3 +175,19 @@ class FlopCounter(Callback):
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+        if self._structure is not None:
+            self._structure.close()
+            self._structure = None
+
+    def _structure_of(self, model: torch.nn.Module) -> tuple[bool, int, int]:
+        if self._structure is None:  # counting outside fit
+            self._structure = _Structure()
+        return self._structure(model)
+        if self._structure is not None:
+            self._structure.close()
+            self._structure = None
+
+    def _structure_of(self, model: torch.nn.Module) -> tuple[bool, int, int]:
+        if self._structure is None:  # counting outside fit
+            self._structure = _Structure()
+        return self._structure(model)

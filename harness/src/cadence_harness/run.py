@@ -338,8 +338,8 @@ def execute(
     data = build_data(recipe, spec.seed, device, data_dir, download)
     model = build_model(recipe, data)
     check_applicable(zip(spec.arm, algorithms), model, sample_batch(data.train, data.eval, device))
-    flops = FlopCounter()
-    timer = RunTimer(ACCURACY, recipe.target_accuracy, recipe.warmup_batches, work_counted=lambda: flops.pieces)
+    timer = RunTimer(ACCURACY, recipe.target_accuracy, recipe.warmup_batches)
+    flops = FlopCounter(on_count=timer.time_apart)
     callbacks: list[Any] = [timer, flops]  # time (a batch the counter counts is timed apart), training FLOPs
     eval_interval: Any = recipe.eval_interval
     if cycles_of(recipe):  # a cyclic run: evaluations at every cycle's end are the points of its curve

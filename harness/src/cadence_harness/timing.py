@@ -5,8 +5,8 @@ optimizer step. Evaluation pauses it, and the first `warmup_batches` batches (wh
 ``torch.compile`` and allocator warm-up) are timed on their own line. So is every *shape warm-up*:
 the first step of each distinct piece of work (a new input shape from progressive resizing or ColOut,
 a new model structure after surgery or layer freezing), which pays cuDNN autotuning, recompilation
-and the FLOP counter's one counted pass (`cadence_harness.flops`); `work_counted` tells the timer
-which batches were, so FLOP counting never runs inside the timed region. On CUDA the region is
+and the FLOP counter's one counted pass (`cadence_harness.flops`), which calls `time_apart` as it
+starts: FLOP counting never runs inside the timed region. On CUDA the region is
 bracketed with CUDA events, synchronised only where the loop already synchronises (evaluation
 reads its metrics back) and at the end; on CPU it uses ``time.perf_counter``.
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -79,25 +78,6 @@ class _Stopwatch:
         self._start = None
         return self.total
 
-    def mark(self) -> tuple[Any, float]:
-        """A point in the running segment (a CUDA event needs no synchronisation), for `take_since`."""
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event, time.process_time()
-        return time.perf_counter(), time.process_time()
-
-    def take_since(self, mark: tuple[Any, float], other: _Stopwatch) -> None:
-        """Move the time since `mark` out of this running segment into `other`'s total; this one runs on."""
-        cpu = time.process_time() - mark[1]
-        self.stop()
-        seconds = mark[0].elapsed_time(self._end) / 1000 if self.cuda else self._end - mark[0]
-        self.total -= seconds
-        self.cpu_total -= cpu
-        other.total += seconds
-        other.cpu_total += cpu
-        self.start()
-
     @property
     def running(self) -> bool:
         return self._start is not None
@@ -111,8 +91,8 @@ class RunTimer(Callback):
         target: the value that counts as reached; time-to-target is the training time at the
             first evaluation that reaches it.
         warmup_batches: batches timed apart as warm-up (compile); they still train.
-        work_counted: how many pieces of work have been counted so far (`FlopCounter.pieces`); a batch
-            during which it grows was the first of its shape and is timed apart as warm-up.
+    `time_apart` (the FLOP counter's ``on_count``) times the rest of the current batch as warm-up: it is
+    the first of a new piece of work. Nothing is done per batch otherwise (no event, no clock read).
     """
 
     def __init__(
@@ -120,17 +100,15 @@ class RunTimer(Callback):
         target_metric: str | None = None,
         target: float | None = None,
         warmup_batches: int = 0,
-        work_counted: Callable[[], int] | None = None,
     ):
         self.target_metric = target_metric
         self.target = target
         self.warmup_batches = warmup_batches
-        self.work_counted = work_counted
         self.shape_warmups = 0  # batches timed apart because they were the first of their shape
         self._warmup_samples = 0  # samples of those batches (out of the throughput)
-        self._batch_mark: tuple[Any, float] | None = None
-        self._counted_at_batch_start = 0
-        self._sample_at_batch_start = 0
+        self._in_shape_warmup = False
+        self._batch_samples = 0  # the current batch's samples (read when a shape warm-up ends it)
+        self._state: State | None = None
         self.train: _Stopwatch | None = None
         self.warmup: _Stopwatch | None = None
         self.eval_s = 0.0
@@ -151,6 +129,7 @@ class RunTimer(Callback):
 
     # Training region --------------------------------------------------------------------
     def fit_start(self, state: State, logger: Logger) -> None:
+        self._state = state  # `time_apart` reads the sample count from it
         if state.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(state.device)
         self._wall_start = time.perf_counter()
@@ -165,22 +144,23 @@ class RunTimer(Callback):
     def after_dataloader(self, state: State, logger: Logger) -> None:
         self.data_wait_s += time.perf_counter() - self._data_start
 
-    def batch_start(self, state: State, logger: Logger) -> None:
-        if self.work_counted is None or self.train is None or not self.train.running:
-            self._batch_mark = None
+    def time_apart(self) -> None:
+        """From now to the end of this batch, time as warm-up (a first piece of work is being counted)."""
+        if self._in_shape_warmup or self.train is None or not self.train.running:
             return
-        self._batch_mark = self.train.mark()
-        self._counted_at_batch_start = self.work_counted()
-        self._sample_at_batch_start = state.timestamp.sample
+        self.train.stop()
+        self.warmup.start()  # type: ignore[union-attr]
+        self._in_shape_warmup = True
+        self._batch_samples = self._state.timestamp.sample if self._state is not None else 0
 
     def batch_end(self, state: State, logger: Logger) -> None:
         assert self.train is not None and self.warmup is not None
-        if self._batch_mark is not None and self.work_counted is not None:
-            if self.work_counted() != self._counted_at_batch_start:  # the first batch of its shape: time it apart
-                self.train.take_since(self._batch_mark, self.warmup)
-                self.shape_warmups += 1
-                self._warmup_samples += state.timestamp.sample - self._sample_at_batch_start
-            self._batch_mark = None
+        if self._in_shape_warmup:
+            self.warmup.stop()
+            self._in_shape_warmup = False
+            self.shape_warmups += 1
+            self._warmup_samples += state.timestamp.sample - self._batch_samples
+            self.train.start()
         if self.warmup.running and state.timestamp.batch >= self.warmup_batches:
             self.warmup.stop()
             self._samples_at_start = state.timestamp.sample
