@@ -197,8 +197,8 @@ class MLflowStore:
 
 def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tuple[Steps, Trainer]:
     """The Trainer with the first `pieces` of (RunTimer, FlopCounter, MLFlowLogger); returns its step times."""
-    clock, flops = Steps(), FlopCounter()
-    timer = RunTimer("MulticlassAccuracy", 0.99, work_counted=(lambda: flops.pieces) if pieces >= 2 else None)
+    clock, timer = Steps(), RunTimer("MulticlassAccuracy", 0.99)
+    flops = FlopCounter(on_count=timer.time_apart)
     callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.run.execute builds them
     model = Classifier(tiny_model(data.device), num_classes=CLASSES)
     trainer = Trainer(
