@@ -29,7 +29,7 @@ def test_a_minimal_recipe_gets_documented_defaults() -> None:
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        ("resnet20", r"`model` = 'resnet20': write tv/<name>, timm/<name> or hf/<name-or-folder>"),
+        ("resnet20", r"`model` = 'resnet20': write tv/<name>, timm/<name>, hf/<name-or-folder> or cadence/airbench94"),
         ("tv/resnet999", r"torchvision has no classification model 'resnet999'"),
         ("tv/resnet21", r"close matches: .*resnet20"),
         ("timm/not_a_model", r"timm has no model 'not_a_model'"),
