@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from cadence_harness import resident
@@ -27,8 +28,19 @@ def histories(uri: str, experiment: str) -> dict[str, dict[str, list[tuple[int, 
     }
 
 
+@pytest.fixture
+def one_thread(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """One CPU thread here and in worker processes: a float sum over 2 threads may be ordered differently, and
+    other tests in this process may have changed torch's thread count."""
+    threads = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_the_same_seeds_give_bitwise_equal_metrics_in_process_and_in_worker_processes(
-    tiny_recipe: Any, tmp_path: Any
+    tiny_recipe: Any, tmp_path: Any, one_thread: Any
 ) -> None:
     # The baseline and an arm that draws random numbers of its own (MixUp's mixing, CutOut's holes), 2 seeds.
     recipe = tiny_recipe(
