@@ -136,7 +136,6 @@ class FlopCounter(Callback):
     def fit_start(self, state: State, logger: Logger) -> None:
         model = state.model
         self._hooks = [model.register_forward_pre_hook(self._pre_forward), model.register_forward_hook(self._forward)]
-        self._structure = _Structure()
 
     def before_forward(self, state: State, logger: Logger) -> None:
         self._in_step = True
@@ -180,14 +179,6 @@ class FlopCounter(Callback):
             self._structure = None
 
     def _structure_of(self, model: torch.nn.Module) -> tuple[bool, int, int]:
-        if self._structure is None:  # counting outside fit
-            self._structure = _Structure()
-        return self._structure(model)
-        if self._structure is not None:
-            self._structure.close()
-            self._structure = None
-
-    def _structure_of(self, model: torch.nn.Module) -> tuple[bool, int, int]:
-        if self._structure is None:  # counting outside fit
+        if self._structure is None:  # the first count of a fit (close() ends it)
             self._structure = _Structure()
         return self._structure(model)

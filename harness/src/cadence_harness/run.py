@@ -272,14 +272,13 @@ def build_model(recipe: Recipe, data: RunData) -> Any:
         )
     else:
         mean, std = resident.channel_stats(dataset)
-        fitted = recipe.model.startswith("cadence/")  # a model initialised from the training images
         model = build_image_model(
             recipe.model,
             num_classes=dataset.num_classes,
             in_channels=dataset.channels,
             mean=mean,
             std=std,
-            init_images=dataset.train_x if fitted else None,
+            init_images=dataset.train_x,  # for a model fitted to its data (airbench's whitening)
             **recipe.model_kwargs,
         )
     if recipe.channels_last:

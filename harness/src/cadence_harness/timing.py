@@ -51,7 +51,6 @@ class _Stopwatch:
         self.total = 0.0
         self.cpu_total = 0.0
         self._start: Any = None
-        self._end: Any = None
         self._cpu_start = 0.0
 
     def start(self) -> None:
@@ -68,13 +67,12 @@ class _Stopwatch:
             return self.total
         self.cpu_total += time.process_time() - self._cpu_start
         if self.cuda:
-            self._end = torch.cuda.Event(enable_timing=True)
-            self._end.record()
-            self._end.synchronize()
-            self.total += self._start.elapsed_time(self._end) / 1000
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            end.synchronize()
+            self.total += self._start.elapsed_time(end) / 1000
         else:
-            self._end = time.perf_counter()
-            self.total += self._end - self._start
+            self.total += time.perf_counter() - self._start
         self._start = None
         return self.total
 
@@ -86,21 +84,17 @@ class _Stopwatch:
 class RunTimer(Callback):
     """Times a run and logs ``time/*``, ``throughput/*`` and ``memory/*`` metrics.
 
+    `time_apart` (the FLOP counter's ``on_count``) times the rest of the current batch as warm-up: it is
+    the first of a new piece of work. Nothing is done per batch otherwise (no event, no clock read).
+
     Args:
         target_metric: the eval metric compared with `target` (e.g. ``"MulticlassAccuracy"``).
         target: the value that counts as reached; time-to-target is the training time at the
             first evaluation that reaches it.
         warmup_batches: batches timed apart as warm-up (compile); they still train.
-    `time_apart` (the FLOP counter's ``on_count``) times the rest of the current batch as warm-up: it is
-    the first of a new piece of work. Nothing is done per batch otherwise (no event, no clock read).
     """
 
-    def __init__(
-        self,
-        target_metric: str | None = None,
-        target: float | None = None,
-        warmup_batches: int = 0,
-    ):
+    def __init__(self, target_metric: str | None = None, target: float | None = None, warmup_batches: int = 0):
         self.target_metric = target_metric
         self.target = target
         self.warmup_batches = warmup_batches
