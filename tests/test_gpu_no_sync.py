@@ -9,7 +9,6 @@ out: the trainer checks the methods against it once, before anything trains.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import pytest
@@ -33,23 +32,15 @@ DATA_SIDE: dict[str, dict[str, Any]] = {
 }
 
 
-def set_sync_debug_mode(mode: str) -> None:
-    """`torch.cuda.set_sync_debug_mode`, without the warning it gives once per process that the mode is a prototype
-    (the project's pytest settings turn every warning into an error)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype", category=UserWarning)
-        torch.cuda.set_sync_debug_mode(mode)
-
-
 class NoSyncInTheStep(Callback):
     def __init__(self) -> None:
         self.batches_checked = 0
 
     def run_event(self, event: Event, state: Any, logger: Any) -> None:
         if event is Event.BEFORE_DATALOADER and int(state.timestamp.batch) >= 1:
-            set_sync_debug_mode("error")
+            torch.cuda.set_sync_debug_mode("error")
         elif event is Event.BATCH_END and torch.cuda.get_sync_debug_mode() != 0:
-            set_sync_debug_mode("default")
+            torch.cuda.set_sync_debug_mode("default")
             self.batches_checked += 1
 
 
@@ -82,5 +73,5 @@ def test_a_step_with_a_data_side_method_does_not_synchronise(name: str) -> None:
     try:
         trainer.fit()
     finally:
-        set_sync_debug_mode("default")
+        torch.cuda.set_sync_debug_mode("default")
     assert watcher.batches_checked == 5

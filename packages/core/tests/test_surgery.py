@@ -109,6 +109,34 @@ def test_device_dtype_and_channels_last_follow_the_original() -> None:
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
 
 
+class Filtered(nn.Module):
+    """A replacement that brings a buffer of its own, made where tensors are made by default (the CPU)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.register_buffer("kernel", torch.ones(1, 1, 3, 3) / 9)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+def test_a_module_without_tensors_is_replaced_on_the_device_and_dtype_of_its_enclosing_module() -> None:
+    # "meta" stands in for a GPU: a pooling layer has no tensor to say where the model lives, and a
+    # replacement's buffer left on the CPU fails the first forward on a GPU (BlurPool on cifar10_fast did)
+    block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.MaxPool2d(2))
+    model = nn.Sequential(nn.Sequential(block), nn.Flatten()).to("meta", torch.float64)
+    report = replace_modules(
+        model, {nn.MaxPool2d: lambda m, path: Filtered(m), nn.Flatten: lambda m, path: Filtered(m)}
+    )
+    assert report.count == 2
+    assert block[1].kernel.device.type == "meta" and block[1].kernel.dtype == torch.float64
+    assert model[1].kernel.device.type == "meta"  # the model's own placement, from its first tensor
+    alone = nn.Sequential(nn.ReLU())  # no tensor anywhere: the replacement stays as it was built
+    replace_modules(alone, {nn.ReLU: lambda m, path: Filtered(m)})
+    assert alone[0].kernel.device.type == "cpu" and alone[0].kernel.dtype == torch.float32
+
+
 def test_a_replacement_takes_the_train_or_eval_mode_of_the_module_it_replaces() -> None:
     model = _net().eval()  # a new module starts in training mode: dropout in an evaluated model otherwise
     replace_modules(model, {nn.Conv2d: lambda m, path: nn.Sequential(nn.Dropout(0.5), m)})

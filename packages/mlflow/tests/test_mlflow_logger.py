@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -493,9 +492,7 @@ def test_import_cadence_does_not_import_mlflow() -> None:
 def test_cuda_values_are_read_without_syncing_the_training_thread(sqlite_uri: str, tmp_path: Path) -> None:
     logger = MLFlowLogger(tracking_uri=sqlite_uri, spill_dir=tmp_path / "spill", **FAST)
     expected = []
-    with warnings.catch_warnings():  # torch warns once per process that this mode is a prototype
-        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype", category=UserWarning)
-        torch.cuda.set_sync_debug_mode("error")  # any synchronising call on the training thread raises
+    torch.cuda.set_sync_debug_mode("error")  # any synchronising call on the training thread raises
     try:
         for step in range(200):
             loss = torch.full((), step / 7, device="cuda")

@@ -172,6 +172,16 @@ def test_device_dtype_and_memory_format_are_kept() -> None:
     assert model(x).dtype == torch.float64
 
 
+def test_the_maxpool_filter_lands_on_the_models_device() -> None:
+    # a MaxPool2d has no tensor of its own: its replacement's filter must follow the model ("meta" stands
+    # in for a GPU, where a filter left on the CPU failed the first forward)
+    model = _resnet18().to("meta", torch.float64)
+    apply_blurpool(model)
+    assert isinstance(model.maxpool, BlurMaxPool2d)
+    assert model.maxpool.filt2d.device.type == "meta" and model.maxpool.filt2d.dtype == torch.float64
+    assert {buffer.device.type for buffer in model.buffers()} == {"meta"}
+
+
 def test_a_second_application_changes_nothing_and_says_so() -> None:
     model = _resnet18()
     apply_blurpool(model)

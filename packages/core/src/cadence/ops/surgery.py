@@ -8,8 +8,10 @@ What surgery must never break is kept:
 
 * **weights, device, dtype, memory format, mode.** A policy builds the new module from the old one
   (it may reuse the old module's parameters); the result is moved to the old module's device and
-  dtype, 4-D weights follow a ``channels_last`` original, and it takes the old module's train/eval
-  mode (a model changed in eval mode must not start applying dropout).
+  dtype (a module without tensors, such as a pooling layer, takes those of its nearest enclosing
+  module that has some, so a filter buffer the new module brings lands on the model's device), 4-D
+  weights follow a ``channels_last`` original, and it takes the old module's train/eval mode (a model
+  changed in eval mode must not start applying dropout).
 * **optimizers.** A parameter the new module still holds (the same object) keeps its place and
   its state. One the new module holds under the same name and shape in place of the old one
   takes over its place and state (momentum, Adam moments). New parameters join the old module's
@@ -127,8 +129,11 @@ def _placement(module: nn.Module) -> tuple[torch.device | None, torch.dtype | No
     return device, dtype, channels_last
 
 
-def _place(new: nn.Module, old: nn.Module) -> nn.Module:
+def _place(new: nn.Module, old: nn.Module, target: nn.Module, path: str) -> nn.Module:
     device, dtype, channels_last = _placement(old)
+    while device is None and path:  # a module without tensors (MaxPool2d, ReLU): where its model lives
+        path = path.rpartition(".")[0]
+        device, dtype, _ = _placement(target.get_submodule(path) if path else target)
     if device is not None or dtype is not None:
         new = new.to(device=device, dtype=dtype)
     if channels_last:
@@ -212,7 +217,7 @@ def replace_modules(
         replacement = policy(module, path) if policy is not None else None
         if replacement is None or replacement is module:
             continue
-        replacement = _place(replacement, module)
+        replacement = _place(replacement, module, target, path)
         object.__setattr__(replacement, _MARK, frozenset(getattr(replacement, _MARK, ())) | {method})
         _set_submodule(target, path, replacement)
         _rebind(_as_optimizers(optimizers), module, replacement)
