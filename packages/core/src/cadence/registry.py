@@ -7,22 +7,23 @@ A method package registers itself in exactly one place, its ``pyproject.toml``::
 
 Installing a package makes its method discoverable, never active. The core never imports
 a method by name: `cadence.functional` and `cadence.algorithms` are built from this index.
+The entry-point machinery (discovery, names claimed twice, the error a missing name raises) is
+`cadence._plugins`, which the log destinations' group ``cadence.loggers`` shares.
 """
 
 from __future__ import annotations
 
 import difflib
-import dis
 import importlib
 import inspect
-import sys
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from types import ModuleType
 from typing import Any
 
+from cadence._plugins import PluginWarning, RegistryError, discover, distribution_name, load_class, raise_missing
 from cadence.algorithm import Algorithm
 
 __all__ = [
@@ -36,14 +37,6 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "cadence.methods"
-
-
-class RegistryError(RuntimeError):
-    """Two installed packages claim the same name."""
-
-
-class PluginWarning(UserWarning):
-    """An installed method package could not be loaded; the others still work."""
 
 
 @dataclass(frozen=True)
@@ -90,15 +83,8 @@ def canonical_name(name: str) -> str:
     return str(name).strip().lower().replace("-", "_").replace(" ", "_")
 
 
-def _distribution_name(entry_point: EntryPoint) -> str:
-    dist = getattr(entry_point, "dist", None)
-    return dist.name if dist is not None else "?"
-
-
 def _load(entry_point: EntryPoint) -> tuple[type[Algorithm], ModuleType]:
-    algorithm = entry_point.load()
-    if not (inspect.isclass(algorithm) and issubclass(algorithm, Algorithm)):
-        raise TypeError(f"{entry_point.value} is not a cadence.Algorithm subclass")
+    algorithm = load_class(entry_point, Algorithm)
     module = importlib.import_module(entry_point.module)
     return algorithm, module
 
@@ -112,17 +98,7 @@ def _public_names(module: ModuleType) -> list[str]:
 
 def build_registry() -> Registry:
     """Load every installed method package. Broken packages are reported, not fatal."""
-    found: dict[str, EntryPoint] = {}
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        previous = found.get(entry_point.name)
-        if previous is not None and previous.value != entry_point.value:
-            raise RegistryError(
-                f"method name {entry_point.name!r} is registered twice: {previous.value} "
-                f"({_distribution_name(previous)}) and {entry_point.value} ({_distribution_name(entry_point)}); "
-                "uninstall one of the two packages"
-            )
-        found[entry_point.name] = entry_point
-
+    found = discover(ENTRY_POINT_GROUP, "method")
     registry = Registry()
     owners: dict[str, str] = {}
     for name in sorted(found):
@@ -139,7 +115,7 @@ def build_registry() -> Registry:
                 stacklevel=2,
             )
             continue
-        registry.methods[name] = MethodInfo(name, algorithm, module, _distribution_name(entry_point))
+        registry.methods[name] = MethodInfo(name, algorithm, module, distribution_name(entry_point))
         for public_name, obj in public.items():
             if public_name in owners and owners[public_name] != name:
                 raise RegistryError(
@@ -180,16 +156,4 @@ def lazy_lookup(kind: str, name: str, module_name: str) -> Any:
     if broken:
         message += f"Packages that failed to load: {', '.join(f'{n} ({r})' for n, r in broken.items())}. "
     message += f"Available: {', '.join(sorted(table)) or 'none (install a cadence-<method> package)'}"
-    if _called_by_from_import():
-        raise ImportError(message, name=module_name)
-    raise AttributeError(message)
-
-
-_IMPORT_FROM = dis.opmap.get("IMPORT_FROM")
-
-
-def _called_by_from_import() -> bool:
-    """True when the frame that asked for the attribute is executing ``from module import name``."""
-    frame = sys._getframe(3)  # 0: here, 1: lazy_lookup, 2: the module __getattr__, 3: the importing code
-    code = frame.f_code.co_code
-    return _IMPORT_FROM is not None and 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_FROM
+    raise_missing(message, module_name)
