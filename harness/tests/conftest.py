@@ -12,8 +12,8 @@ import pytest
 
 from cadence.loggers import MLFlowLogger
 from cadence.registry import registry
-from cadence_harness.recipe import Recipe, parse_recipe
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running.recipe import Recipe, parse_recipe
+from cadence_harness.running.runspec import RunSpec
 
 PLUGINS = Path(__file__).parent / "plugins"
 
@@ -26,7 +26,7 @@ MODEL_AGNOSTIC_METHODS = ["gradient_clipping", "ema", "decoupled_weight_decay"]
 @pytest.fixture(autouse=True)
 def no_resident_data() -> Any:
     """Each test loads its data itself: the process-wide resident cache (in-process grids) starts empty."""
-    from cadence_harness import resident
+    from cadence_harness.running import resident
 
     resident.clear()
     yield
@@ -188,7 +188,7 @@ def run_logger() -> Any:
 def log_study(uri: str, recipe: Recipe, known: Mapping[tuple[str, str], tuple[float, float]]) -> None:
     """Every run of `recipe`'s grid, from `known` (arm, budget) -> (accuracy, cost): seeds 0, 1, 2 add 0, +0.01,
     -0.01 to the accuracy and 0, 5, 10 % to the cost."""
-    from cadence_harness.grid import expand
+    from cadence_harness.running.grid import expand
 
     for spec in expand(recipe):
         accuracy, cost = known[(spec.arm_name, spec.recipe.duration)]

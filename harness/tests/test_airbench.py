@@ -9,14 +9,14 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from cadence_harness import data as datasets
-from cadence_harness.airbench import airbench_network, build_airbench, tta_logits, whiten_from_images
-from cadence_harness.loaders import alternating_flip
-from cadence_harness.lookahead import Lookahead, check_lookahead
-from cadence_harness.models import Normalize
-from cadence_harness.recipe import RecipeError, load_recipe
-from cadence_harness.run import execute
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running import data as datasets
+from cadence_harness.running.airbench import airbench_network, build_airbench, tta_logits, whiten_from_images
+from cadence_harness.running.loaders import alternating_flip
+from cadence_harness.running.lookahead import Lookahead, check_lookahead
+from cadence_harness.running.models import Normalize
+from cadence_harness.running.recipe import RecipeError, load_recipe
+from cadence_harness.running.run import execute
+from cadence_harness.running.runspec import RunSpec
 
 
 def images(n: int = 256, size: int = 32) -> torch.Tensor:

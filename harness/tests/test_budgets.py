@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from cadence.time import Time
-from cadence_harness import grid as grid_module
-from cadence_harness.budgets import CyclicScheduler, build_schedulers
-from cadence_harness.grid import expand, run_grid, select_shard
-from cadence_harness.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe
-from cadence_harness.recipe_checks import SCHEDULES
+from cadence_harness.running import grid as grid_module
+from cadence_harness.running.budgets import CyclicScheduler, build_schedulers
+from cadence_harness.running.grid import expand, run_grid, select_shard
+from cadence_harness.running.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe
+from cadence_harness.running.recipe_checks import SCHEDULES
 
 SWEEP = {
     "durations": ["2ba", "4ba", "8ba"],

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cadence_harness.claims import (
+from cadence_harness.reading.claims import (
     NOT_APPLICABLE,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -16,8 +16,8 @@ from cadence_harness.claims import (
     judge,
     parse_claims,
 )
-from cadence_harness.recipe import Recipe
-from cadence_harness.report import Section, build_report
+from cadence_harness.running.recipe import Recipe
+from cadence_harness.reading.report import Section, build_report
 
 STUDY = Recipe(
     name="claims",
@@ -122,7 +122,7 @@ def test_malformed_claims_are_refused_naming_the_card() -> None:
 
 
 def test_every_card_in_the_repository_has_well_formed_claims() -> None:
-    from cadence_harness.cards import card_paths, front_matter
+    from cadence_harness.reading.cards import card_paths, front_matter
 
     root = Path(__file__).resolve().parents[2] / "packages" / "methods"
     for method, path in card_paths(root).items():

@@ -16,8 +16,8 @@ import pytest
 import torch
 from PIL import Image
 
-from cadence_harness import data
-from cadence_harness.loaders import TensorLoader, batch_crop, batch_flip_lr, image_dataloader, make_augment
+from cadence_harness.running import data
+from cadence_harness.running.loaders import TensorLoader, batch_crop, batch_flip_lr, image_dataloader, make_augment
 
 
 def test_digits_is_always_there() -> None:
@@ -239,7 +239,7 @@ def test_writers_at_once_each_rename_a_whole_file_of_their_own(tmp_path: Path) -
 # Each child imports first, says "ready", and waits for a line on stdin: the parent releases them together.
 _CHILD = """
 import hashlib, json, sys
-from cadence_harness import data
+from cadence_harness.running import data
 print("ready", flush=True)
 sys.stdin.readline()
 digests = {}

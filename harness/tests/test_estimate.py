@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import torch
 
-from cadence_harness.estimate import estimate_grid
-from cadence_harness.grid import expand
+from cadence_harness.running.estimate import estimate_grid
+from cadence_harness.running.grid import expand
 from cadence_harness.records import RunRecord, records_file
-from cadence_harness.reference import MAX_GAP_S, reference_from_records, startup_gaps
-from cadence_harness.run import environment
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running.reference import MAX_GAP_S, reference_from_records, startup_gaps
+from cadence_harness.running.run import environment
+from cadence_harness.running.runspec import RunSpec
 
 H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
 GRID = "cadence-bench grid study"

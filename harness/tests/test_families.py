@@ -10,8 +10,8 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from cadence.registry import registry
-from cadence_harness.run import execute
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running.run import execute
+from cadence_harness.running.runspec import RunSpec
 
 MODEL_AGNOSTIC_METHODS = ["gradient_clipping", "ema", "decoupled_weight_decay"]
 
@@ -101,7 +101,7 @@ def test_a_causal_language_model_reports_perplexity_and_next_token_accuracy(
 
 
 def test_language_model_blocks_are_the_texts_joined_by_end_of_text() -> None:
-    from cadence_harness.models import build_tokenizer, pack_blocks
+    from cadence_harness.running.models import build_tokenizer, pack_blocks
 
     texts = ["a good film", "a bad film", "good good", "bad"] * 4
     tokenizer = build_tokenizer("hf/gpt2-tiny", texts, vocab_size=300)

@@ -15,11 +15,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from cadence import Algorithm, Classifier, Event, Trainer
 from cadence.registry import registry
-from cadence_harness.flops import FlopCounter
-from cadence_harness.grid import expand
+from cadence_harness.running.flops import FlopCounter
+from cadence_harness.running.grid import expand
 from cadence_harness.records import load_mlflow_records
-from cadence_harness.run import execute
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running.run import execute
+from cadence_harness.running.runspec import RunSpec
 
 IN, OUT, BATCH = 6, 5, 8
 
@@ -157,7 +157,7 @@ def test_a_cyclic_run_records_its_costs_at_each_cycle_end(tiny_recipe: Any, trac
 
 
 def test_the_structure_key_follows_surgery_and_freezing_without_walking_the_model_each_step() -> None:
-    from cadence_harness.flops import _Structure
+    from cadence_harness.running.flops import _Structure
 
     structure = _Structure()
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cadence_harness.grid import expand, parse_shard, run_grid, select_shard
-from cadence_harness.recipe import Recipe, RecipeError
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running.grid import expand, parse_shard, run_grid, select_shard
+from cadence_harness.running.recipe import Recipe, RecipeError
+from cadence_harness.running.runspec import RunSpec
 
 
 def unvalidated(arms: list[str], combinations: list[list[str]] | None = None, seeds: tuple[int, ...] = (0,)) -> Recipe:

@@ -9,8 +9,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from cadence_harness import resident
-from cadence_harness.grid import run_grid
+from cadence_harness.running import resident
+from cadence_harness.running.grid import run_grid
 
 COMPARED = ("loss/train/total", "metrics/eval/MulticlassAccuracy", "final/accuracy", "final/flops", "cost/flops")
 
@@ -101,9 +101,9 @@ def test_in_process_refuses_what_only_processes_can_do(tiny_recipe: Any) -> None
 def test_the_process_warm_up_trains_one_epoch_and_records_nothing(
     tiny_recipe: Any, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cadence_harness import run
-    from cadence_harness.runners import warm_up_process
-    from cadence_harness.runspec import RunSpec
+    from cadence_harness.running import run
+    from cadence_harness.running.runners import warm_up_process
+    from cadence_harness.running.runspec import RunSpec
 
     durations: list[str] = []
     real = run.execute

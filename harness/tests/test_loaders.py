@@ -9,9 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cadence_harness import run, text_loaders
-from cadence_harness.loaders import FlipCrop, TensorLoader, batch_crop, batch_flip_lr, make_augment
-from cadence_harness.text_loaders import LengthBucketLoader, encoded_texts
+from cadence_harness.running import run
+
+from cadence_harness.running import text_loaders
+from cadence_harness.running.loaders import FlipCrop, TensorLoader, batch_crop, batch_flip_lr, make_augment
+from cadence_harness.running.text_loaders import LengthBucketLoader, encoded_texts
 
 
 def _pad_then_index(images: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
@@ -143,7 +145,7 @@ TEXTS = [f"the {word} film was {'good' if i % 2 else 'dull'} and {word}" for i, 
 
 
 def test_texts_are_tokenised_once_per_process_for_the_same_tokenizer_texts_and_length() -> None:
-    from cadence_harness.models import build_tokenizer
+    from cadence_harness.running.models import build_tokenizer
 
     text_loaders.clear_token_cache()
     tokenizer = build_tokenizer("hf/gpt2-tiny", TEXTS, vocab_size=300)

@@ -12,8 +12,8 @@ from mlflow.tracking import MlflowClient
 
 from cadence.loggers.logger import run_hyperparameters
 from cadence.state import State
-from cadence_harness.run import execute, params_of
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running.run import execute, params_of
+from cadence_harness.running.runspec import RunSpec
 from cadence_mlflow import MLFlowLogger, MLflowLoggerWarning
 
 

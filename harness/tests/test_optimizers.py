@@ -8,9 +8,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from cadence.registry import registry
-from cadence_harness.recipe import OPTIMIZERS, RecipeError
-from cadence_harness.run import execute
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running.recipe import OPTIMIZERS, RecipeError
+from cadence_harness.running.run import execute
+from cadence_harness.running.runspec import RunSpec
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cadence_harness.recipe_search import greedy_search, speedup_at_baseline_best
-from cadence_harness.report import Section
-from cadence_harness.tradeoff import Curve, matched_speedups
+from cadence_harness.reading.combination_search import greedy_search, speedup_at_baseline_best
+from cadence_harness.reading.report import Section
+from cadence_harness.reading.tradeoff import Curve, matched_speedups
 
 COSTS = [1.0, 2.0, 4.0]
 
@@ -201,10 +201,10 @@ def test_the_index_runs_the_search_on_every_run_of_the_study_screened_ones_inclu
 ) -> None:
     """The cards show arms with 3 seeds only; the INDEX's search must still see the candidates it screened
     on seed 0, or it would ask for them again forever."""
-    from cadence_harness.cards import write_index
-    from cadence_harness.grid import expand
-    from cadence_harness.recipe import Recipe
-    from cadence_harness.report import build_report
+    from cadence_harness.reading.cards import write_index
+    from cadence_harness.running.grid import expand
+    from cadence_harness.running.recipe import Recipe
+    from cadence_harness.reading.report import build_report
 
     study = Recipe(
         name="screened",

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cadence_harness import grid as grid_module
-from cadence_harness import report as report_module
+from cadence_harness.running import grid as grid_module
+from cadence_harness.reading import report as report_module
 from cadence_harness.cli import main
-from cadence_harness.grid import expand, run_grid
-from cadence_harness.recipe import Recipe
+from cadence_harness.running.grid import expand, run_grid
+from cadence_harness.running.recipe import Recipe
 from cadence_harness.records import export_runs, import_records, read_records
-from cadence_harness.report import build_report
-from cadence_harness.tracking import finished_config_hashes
+from cadence_harness.reading.report import build_report
+from cadence_harness.running.tracking import finished_config_hashes
 
 STUDY = Recipe(
     name="sweep",
@@ -150,7 +150,7 @@ def test_records_that_cannot_be_read_are_refused_in_one_line(
 def test_git_sha_reads_a_checkout_and_a_worktree_of_it(tmp_path) -> None:
     import subprocess
 
-    from cadence_harness.run import git_sha
+    from cadence_harness.running.run import git_sha
 
     def git(*args: str, cwd=tmp_path / "repo") -> str:
         return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()

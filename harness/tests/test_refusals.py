@@ -10,7 +10,7 @@ import torch
 
 from cadence.registry import registry
 from cadence_harness.cli import main
-from cadence_harness.grid import run_grid
+from cadence_harness.running.grid import run_grid
 
 NO_CUDA = "CUDA is not available on this machine; use --device cpu"
 

@@ -13,13 +13,13 @@ import pytest
 from scipy import stats as scipy_stats
 
 from cadence.loggers import MLFlowLogger
-from cadence_harness.cards import MARK_END, MARK_START, write_cards, write_index
-from cadence_harness.peaks import peak_flops, peak_fraction
-from cadence_harness.recipe import Recipe
+from cadence_harness.reading.cards import MARK_END, MARK_START, write_cards, write_index
+from cadence_harness.reading.peaks import peak_flops, peak_fraction
+from cadence_harness.running.recipe import Recipe
 from cadence_harness.records import RunRecord
-from cadence_harness.report import build_report, pareto_front, report_from_runs, summarize
-from cadence_harness.runspec import RunSpec
-from cadence_harness.tables import format_table, peak_note
+from cadence_harness.reading.report import build_report, pareto_front, report_from_runs, summarize
+from cadence_harness.running.runspec import RunSpec
+from cadence_harness.reading.tables import format_table, peak_note
 
 RECIPE = Recipe(
     name="known",
@@ -202,7 +202,7 @@ def gpu_record(arm: tuple[str, ...], seed: int, train_s: float, device: str = H1
 
 
 def log_t(values: list[float]) -> tuple[float, float]:
-    """The log-scale t-interval of positive values, computed here independently of `cadence_harness.stats`."""
+    """The log-scale t-interval of positive values, computed here independently of `cadence_harness.reading.stats`."""
     logs = np.log(values)
     factor = math.exp(t_half(list(logs)))
     return statistics.mean(values) / factor, statistics.mean(values) * factor

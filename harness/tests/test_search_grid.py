@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from cadence_harness.cli import main
-from cadence_harness.grid import GridResult, expand
-from cadence_harness.recipe import Recipe, load_recipe
+from cadence_harness.running.grid import GridResult, expand
+from cadence_harness.running.recipe import Recipe, load_recipe
 from cadence_harness.records import export_runs, read_records, records_file
 from cadence_harness.search_grid import run_search
 

@@ -10,11 +10,13 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from cadence.loggers import MLFlowLogger
-from cadence_harness import cli, recipe, run
+from cadence_harness import cli
+from cadence_harness.running import recipe
+from cadence_harness.running import run
 from cadence_harness.cli import main
-from cadence_harness.grid import check_arms, expand
-from cadence_harness.recipe import load_recipe
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running.grid import check_arms, expand
+from cadence_harness.running.recipe import load_recipe
+from cadence_harness.running.runspec import RunSpec
 
 
 def test_each_method_is_built_once_by_validation_and_once_per_run(

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from cadence_harness.cards import MARK_END, MARK_START
+from cadence_harness.reading.cards import MARK_END, MARK_START
 from cadence_harness.cli import main
-from cadence_harness.grid import expand
-from cadence_harness.recipe import Recipe, load_recipe
+from cadence_harness.running.grid import expand
+from cadence_harness.running.recipe import Recipe, load_recipe
 from cadence_harness.records import export_runs
-from cadence_harness.report import build_report
-from cadence_harness.runspec import RunSpec
+from cadence_harness.reading.report import build_report
+from cadence_harness.running.runspec import RunSpec
 
 GRID = Recipe(name="mixed", model="tv/resnet20", data="digits", duration="5ep", subset=5000, seeds=(0, 1, 2))
 
@@ -175,7 +175,7 @@ def test_a_study_keeps_the_combinations_its_recipe_search_added_with_the_recipes
 ) -> None:
     """`grid STUDY --combination a+b` (what the recipe search asks for) runs arms outside the recipe's own
     grid; with the recipe's settings they belong to the study, with other settings they do not."""
-    from cadence_harness.study import study_runs
+    from cadence_harness.reading.study import study_runs
 
     path, recipe = _study(tmp_path, tiny_recipe_file)
     added = load_recipe(path, grid={"arms": ["baseline"], "combinations": [["count", "label_smoothing"]]})
@@ -198,8 +198,8 @@ def test_a_study_keeps_the_baselines_cyclic_curve_made_with_its_settings(
     """`grid STUDY --curve cyclic --arms baseline` runs the baseline's cyclic curve, which the study's report
     checks against the sweep, and the recipe search screens combinations by cyclic runs: both belong to the
     study. A cyclic run of an arm of the recipe's own grid (a sweep) or with other settings stays out."""
-    from cadence_harness.budgets import cycles_of
-    from cadence_harness.study import study_runs
+    from cadence_harness.running.budgets import cycles_of
+    from cadence_harness.reading.study import study_runs
 
     sweep = {"seeds": 2, "duration": "2ep", "durations": ["1ep", "2ep"], "schedule": {"name": "cosine"}}
     path = tiny_recipe_file(**sweep, methods={"count": {}}, grid={"arms": ["baseline", "each"]})

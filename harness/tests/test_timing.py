@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Callback, Classifier, Trainer
-from cadence_harness.stats import paired_bootstrap_ratio, paired_t_difference, t_interval
-from cadence_harness.timing import RunTimer
+from cadence_harness.reading.stats import paired_bootstrap_ratio, paired_t_difference, t_interval
+from cadence_harness.running.timing import RunTimer
 
 
 class SlowEval(Callback):

@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from cadence_harness.budgets import budget_value
+from cadence_harness.running.budgets import budget_value
 from cadence_harness.records import RunRecord
-from cadence_harness.runspec import TAG
-from cadence_harness.tradeoff import (
+from cadence_harness.running.runspec import TAG
+from cadence_harness.reading.tradeoff import (
     Curve,
     Speedup,
     cost_to_reach,
@@ -173,7 +173,7 @@ def test_the_cyclic_curve_is_checked_against_the_sweep() -> None:
 
 
 def test_seed_resamples_are_each_computed_once() -> None:
-    from cadence_harness.tradeoff import _resamples
+    from cadence_harness.reading.tradeoff import _resamples
 
     rows, counts = _resamples(3, 10_000, 0)
     assert len(rows) <= math.comb(5, 3) and counts.sum() == 10_000

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from cadence import NotApplicableError
-from cadence_harness.data import check_data_dir
-from cadence_harness.recipe import RecipeError, load_recipe, method_names, parse_value
+from cadence_harness.running.data import check_data_dir
+from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value
 from cadence_harness.records import RecordError, default_records_dir
 
 __all__ = ["main"]
@@ -81,9 +81,9 @@ def _load(args: argparse.Namespace, methods: tuple[str, ...] = (), grid: dict[st
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from cadence_harness.budgets import leaf_recipes
-    from cadence_harness.run import execute
-    from cadence_harness.runspec import TAG, RunSpec
+    from cadence_harness.running.budgets import leaf_recipes
+    from cadence_harness.running.run import execute
+    from cadence_harness.running.runspec import TAG, RunSpec
 
     arm = method_names(_methods(args.methods))
     recipe = _load(args, arm)
@@ -113,8 +113,8 @@ def _grid_recipe(args: argparse.Namespace) -> Any:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from cadence_harness.grid import expand, parse_shard, run_grid, select_shard
-    from cadence_harness.preflight import require_device
+    from cadence_harness.running.grid import expand, parse_shard, run_grid, select_shard
+    from cadence_harness.running.preflight import require_device
 
     if args.search:
         return _search(args)
@@ -126,7 +126,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
             print(f"{spec.run_name:40s} {spec.config_hash}")
         print(f"{len(specs)} runs")
         if args.estimate:
-            from cadence_harness.estimate import estimate_grid
+            from cadence_harness.running.estimate import estimate_grid
 
             records = None if args.no_records else default_records_dir(args.records)
             print(estimate_grid(recipe, specs, data_dir=args.data_dir, download=args.download, rate=args.rate,
@@ -159,7 +159,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 def _search(args: argparse.Namespace) -> int:
     """``grid STUDY --search``: the runs the study's recipe search waits for, round after round."""
-    from cadence_harness.grid import run_grid
+    from cadence_harness.running.grid import run_grid
     from cadence_harness.search_grid import run_search
 
     given = [f for f in ("methods", "arms", "combination", "set", "estimate", "no_records") if getattr(args, f)]
@@ -175,10 +175,10 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from cadence_harness.cards import write_cards, write_index
-    from cadence_harness.data import REPO_ROOT
-    from cadence_harness.report import build_report, report_from_runs
-    from cadence_harness.study import studies_runs
+    from cadence_harness.reading.cards import write_cards, write_index
+    from cadence_harness.running.data import REPO_ROOT
+    from cadence_harness.reading.report import build_report, report_from_runs
+    from cadence_harness.reading.study import studies_runs
 
     if args.cards and not args.study:
         raise RecipeError(
@@ -211,7 +211,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from cadence_harness.records import export_runs, records_file
-    from cadence_harness.tracking import resolve_tracking_uri
+    from cadence_harness.running.tracking import resolve_tracking_uri
 
     path = records_file(default_records_dir(args.records), args.experiment)
     added = export_runs(resolve_tracking_uri(args.tracking_uri), args.experiment, path)
@@ -240,7 +240,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """One run of a grid (invoked by `run_grid` in a fresh process); exit 3 means out of memory."""
-    from cadence_harness.runners import run_worker
+    from cadence_harness.running.runners import run_worker
 
     tags = dict(pair.split("=", 1) for pair in args.tag)
     options = {"data_dir": args.data_dir, "download": args.download, "microbatch_size": args.microbatch_size}

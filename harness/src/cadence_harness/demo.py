@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from cadence.registry import registry
-from cadence_harness.data import DataNotFoundError, find_dataset_files
-from cadence_harness.grid import run_grid
-from cadence_harness.recipe import Recipe, load_recipe
-from cadence_harness.report import build_report
-from cadence_harness.tracking import resolve_tracking_uri
+from cadence_harness.running.data import DataNotFoundError, find_dataset_files
+from cadence_harness.running.grid import run_grid
+from cadence_harness.running.recipe import Recipe, load_recipe
+from cadence_harness.reading.report import build_report
+from cadence_harness.running.tracking import resolve_tracking_uri
 
 __all__ = ["PREFERRED_METHODS", "demo_recipe", "run_demo"]
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cadence_harness.runspec import TAG
-from cadence_harness.tracking import client, search_runs
+from cadence_harness.running.runspec import TAG
+from cadence_harness.running.tracking import client, search_runs
 
 __all__ = [
     "EVAL_KEYS",

@@ -1,6 +1,6 @@
 """Run a study's recipe search to its end: ``cadence-bench grid STUDY --search``.
 
-`cadence_harness.recipe_search` reads a study's records and, where a round's runs are missing, names
+`cadence_harness.reading.combination_search` reads a study's records and, where a round's runs are missing, names
 them. This module closes the loop. It first completes the study's own grid, whose curves the search
 reads (a search on a partial study would screen against a provisional target). Then it reads the
 study's records (as ``report --study`` does), runs the search in FLOPs and in training time, runs
@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cadence_harness.recipe import Recipe, load_recipe
-from cadence_harness.recipe_search import Search, grid_command, section_searches
+from cadence_harness.running.recipe import Recipe, load_recipe
+from cadence_harness.reading.combination_search import Search, grid_command, section_searches
 from cadence_harness.records import RunRecord
-from cadence_harness.report import sections_of
-from cadence_harness.study import study_runs
+from cadence_harness.reading.report import sections_of
+from cadence_harness.reading.study import study_runs
 
 __all__ = ["missing_runs", "pending_runs", "run_search", "searches"]
 
@@ -34,7 +34,7 @@ def searches(runs: list[RunRecord]) -> list[Search]:
 
 def missing_runs(study: str, runs: list[RunRecord]) -> int:
     """How many runs of the study's own grid its runs (`study_runs`) lack."""
-    from cadence_harness.grid import expand
+    from cadence_harness.running.grid import expand
 
     done = {run.config_hash for run in runs}
     return sum(spec.config_hash not in done for spec in expand(load_recipe(study)))

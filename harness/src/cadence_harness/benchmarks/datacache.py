@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cadence_harness import data
+from cadence_harness.running import data
 from cadence_harness.benchmarks.machine import cpu_description
 
 

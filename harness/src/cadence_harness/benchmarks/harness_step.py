@@ -41,11 +41,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadence import Callback, Classifier, Trainer
-from cadence_harness import loaders
+from cadence_harness.running import loaders
 from cadence_harness.benchmarks.machine import cpu_description
-from cadence_harness.data import synthetic_images
-from cadence_harness.flops import FlopCounter
-from cadence_harness.timing import RunTimer
+from cadence_harness.running.data import synthetic_images
+from cadence_harness.running.flops import FlopCounter
+from cadence_harness.running.timing import RunTimer
 
 GOAL_US = 200.0
 WARMUP_STEPS = 8
@@ -199,7 +199,7 @@ def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tupl
     """The Trainer with the first `pieces` of (RunTimer, FlopCounter, MLFlowLogger); returns its step times."""
     clock, timer = Steps(), RunTimer("MulticlassAccuracy", 0.99)
     flops = FlopCounter(on_count=timer.time_apart)
-    callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.run.execute builds them
+    callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.running.run.execute builds them
     model = Classifier(tiny_model(data.device), num_classes=CLASSES)
     trainer = Trainer(
         model=model,

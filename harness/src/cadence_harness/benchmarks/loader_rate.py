@@ -27,8 +27,9 @@ from typing import Any
 
 import torch
 
-from cadence_harness import data as datasets
-from cadence_harness import loaders, text_loaders
+from cadence_harness.running import data as datasets
+from cadence_harness.running import loaders
+from cadence_harness.running import text_loaders
 from cadence_harness.benchmarks.machine import cpu_description
 
 IMAGE_GOAL, TEXT_GOAL = 50_000.0, 20_000.0
@@ -104,7 +105,7 @@ def _shape_stats(loader: loaders.TensorLoader) -> tuple[int, float]:
 
 def text_rows(limit: int | None, repeats: int) -> tuple[str, list[str], list[tuple[str, float, float, int, float]]]:
     """(source, notes on tokenising, [(loader, samples/s CPU, samples/s wall, widths, padding share)])."""
-    from cadence_harness.models import build_tokenizer
+    from cadence_harness.running.models import build_tokenizer
 
     texts, labels, source = _texts(limit)
     tokenizer = build_tokenizer("hf/bert-tiny", texts[:TOKENIZER_TEXTS], 8192)

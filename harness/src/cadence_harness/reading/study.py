@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from cadence_harness.recipe import Recipe, RecipeError, load_recipe
+from cadence_harness.running.recipe import Recipe, RecipeError, load_recipe
 from cadence_harness.records import RunRecord, read_records, records_file
 
 __all__ = ["studies_runs", "study_runs"]
@@ -24,7 +24,7 @@ __all__ = ["studies_runs", "study_runs"]
 def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord], str]:
     """The name of the study `study` (a shipped recipe's name or a recipe file), its runs, and a line saying
     which records were kept."""
-    from cadence_harness.grid import expand
+    from cadence_harness.running.grid import expand
 
     try:
         recipe = load_recipe(study)
@@ -68,8 +68,8 @@ def _sweeps(recipe: Recipe) -> bool:
 def _cyclic_baseline(study: str, recipe: Recipe) -> set[str]:
     """The config hashes of the baseline's cyclic runs with the recipe's settings: kept, so that the study's
     report checks the cyclic curve against its sweep (Portes et al. 2022)."""
-    from cadence_harness.budgets import cycles_of
-    from cadence_harness.grid import expand
+    from cadence_harness.running.budgets import cycles_of
+    from cadence_harness.running.grid import expand
 
     if not _sweeps(recipe):
         return set()
@@ -81,7 +81,7 @@ def _added_arms(study: str, recipe: Recipe, arms: set[str]) -> set[str]:
     """The config hashes of `arms` (outside the recipe's own grid) run with the recipe's settings, as ``grid
     STUDY --combination ARM`` runs them, and in a sweep study as ``... --curve cyclic`` too (the recipe
     search's screens); an arm the recipe cannot run (a method not installed here) adds nothing."""
-    from cadence_harness.grid import expand
+    from cadence_harness.running.grid import expand
 
     curves = [{}, {"curve": "cyclic"}] if _sweeps(recipe) else [{}]
     hashes: set[str] = set()

@@ -32,12 +32,12 @@ from cadence.event import Event
 from cadence.intervals import parse_interval
 from cadence.schedulers import Scheduler
 from cadence.time import Time, TimeUnit
-from cadence_harness.recipe_checks import SCHEDULES, check_time, fail
+from cadence_harness.running.recipe_checks import SCHEDULES, check_time, fail
 
 if TYPE_CHECKING:
     from cadence.loggers.logger import Logger
     from cadence.state import State
-    from cadence_harness.recipe import Recipe
+    from cadence_harness.running.recipe import Recipe
 
 __all__ = [
     "CURVES",

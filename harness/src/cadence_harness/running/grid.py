@@ -4,7 +4,7 @@ Two ways to run them. *Isolated* (the default on CPU, ``--isolate``): one proces
 ``bulk_runner``), so a crash, a hang (``--timeout``) or an out-of-memory error ends that run only; it
 becomes a FAILED MLflow run with the error and the worker's log, and the grid goes on. *In process*
 (the default on a GPU): the runs one after another in the grid's process, the data decoded once and
-resident on the device (`cadence_harness.resident`), no interpreter, import or CUDA start-up per run:
+resident on the device (`cadence_harness.running.resident`), no interpreter, import or CUDA start-up per run:
 a run of a few seconds costs a few seconds. Each run seeds everything itself, so both ways give the
 same results (a test compares them bitwise on CPU); a failing run is recorded FAILED and the grid goes
 on, but a crash of the process (or a CUDA error that poisons its context) ends the grid: rerun it,
@@ -27,13 +27,13 @@ from pathlib import Path
 
 import torch
 
-from cadence_harness.budgets import leaf_recipes
-from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
-from cadence_harness.recipe import Recipe, RecipeError
+from cadence_harness.running.budgets import leaf_recipes
+from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
+from cadence_harness.running.recipe import Recipe, RecipeError
 from cadence_harness.records import export_runs, import_records, records_file
-from cadence_harness.runners import run_one_in_process, run_one_in_subprocess, warm_up_process
-from cadence_harness.runspec import TAG, RunSpec, config_hash
-from cadence_harness.tracking import finished_config_hashes, resolve_tracking_uri
+from cadence_harness.running.runners import run_one_in_process, run_one_in_subprocess, warm_up_process
+from cadence_harness.running.runspec import TAG, RunSpec, config_hash
+from cadence_harness.running.tracking import finished_config_hashes, resolve_tracking_uri
 
 __all__ = ["GridResult", "check_arms", "expand", "parse_shard", "run_grid", "select_shard"]
 
@@ -88,7 +88,7 @@ def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None
     (the batches have the same structure, dtype and keys; a missing dataset is found here too), and
     each method is asked once, through the instance validation built.
     """
-    from cadence_harness.run import build_data, build_model
+    from cadence_harness.running.run import build_data, build_model
 
     if not specs:
         return

@@ -16,7 +16,7 @@ GPU", arXiv 2404.00498), not copied from its code:
 
 The rest of the published recipe lives where the harness keeps such things: the alternating flip
 and 2-pixel translation are the loader's ``augment = "alt_flip_translate"``, Lookahead is
-`cadence_harness.lookahead`, the batch-size-scaled SGD with a larger rate for batch-norm biases is
+`cadence_harness.running.lookahead`, the batch-size-scaled SGD with a larger rate for batch-norm biases is
 the recipe's optimizer (``norm_lr_scale``). One deliberate difference: the final max-pool is global
 (`nn.AdaptiveMaxPool2d`), which equals the paper's 3x3 pool at 32 px and also accepts the smaller
 inputs of progressive resizing and ColOut.

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from cadence_harness import data as datasets
+from cadence_harness.running import data as datasets
 
 __all__ = ["KEEP", "channel_stats", "clear", "load_dataset", "on_device"]
 
@@ -35,7 +35,7 @@ def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> Any:
 def load_dataset(
     name: str, *, data_dir: str | Path | None, subset: int | None, eval_subset: int | None, download: bool
 ) -> datasets.ImageData | datasets.TextData:
-    """`cadence_harness.data.load_dataset`, once per process for the same arguments."""
+    """`cadence_harness.running.data.load_dataset`, once per process for the same arguments."""
     key = (name, str(data_dir) if data_dir else None, subset, eval_subset, download)
     if key in _datasets:
         _datasets.move_to_end(key)

@@ -2,7 +2,7 @@
 
 A recipe is judged as the issue that asked for it states: by how much less its curve needs to reach
 the **baseline's best accuracy** than the baseline's curve does (cost to reach it, read off each mean
-curve made monotone and interpolated against log cost, as `cadence_harness.tradeoff` does), with a
+curve made monotone and interpolated against log cost, as `cadence_harness.reading.tradeoff` does), with a
 paired percentile bootstrap over seeds. A recipe *qualifies* at >= 1.5x with the interval above 1.
 
 The search (`greedy_search`), over the records a study already holds:
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cadence_harness.report import Section
-from cadence_harness.tradeoff import COSTS, Curve, bootstrap_interval, cost_to_reach, paired_by_seed
+from cadence_harness.reading.report import Section
+from cadence_harness.reading.tradeoff import COSTS, Curve, bootstrap_interval, cost_to_reach, paired_by_seed
 
 __all__ = [
     "QUALIFYING_SPEEDUP",
@@ -174,7 +174,7 @@ class Search:
         unit = COSTS[self.unit]
         lines = [
             f"The recipe ({unit}): greedy forward selection over the methods that lose at no budget alone, each "
-            f"judged by its speedup at the baseline's best accuracy (`cadence_harness.recipe_search`).",
+            f"judged by its speedup at the baseline's best accuracy (`cadence_harness.reading.combination_search`).",
             "",
         ]
         lines += ["| method alone | speedup at the baseline's best accuracy | eligible |", "| --- | --- | --- |"]

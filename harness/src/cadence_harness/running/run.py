@@ -3,7 +3,7 @@
 Every run logs, through the core's batched `MLFlowLogger`: params (model, data, each method
 with all its hyperparameters, seed, batch size, precision, device, versions, git sha), the
 per-step loss and per-evaluation metrics, ``time/*`` and ``final/*`` timings, process CPU time
-and training FLOPs (`cadence_harness.flops`), throughput and peak memory, and the resolved
+and training FLOPs (`cadence_harness.running.flops`), throughput and peak memory, and the resolved
 configuration as an artifact. A cyclic run (``schedule.cycles``) also evaluates at every cycle's
 end. A failure marks the run FAILED (KILLED on Ctrl-C or SIGTERM) with the error in the
 ``cadence.error`` tag, then propagates; the Trainer records that, as it records FINISHED when it
@@ -24,16 +24,18 @@ import torch
 import cadence
 from cadence import Algorithm
 from cadence.termination import RunTerminated
-from cadence_harness import data as datasets
-from cadence_harness import loaders, resident, text_loaders
-from cadence_harness.budgets import CycleEnds, build_schedulers, cycles_of
-from cadence_harness.flops import FlopCounter
-from cadence_harness.models import build_image_model, build_text_model, build_tokenizer
-from cadence_harness.optimizer import build_optimizer, optimizer_procedures
-from cadence_harness.preflight import check_applicable, check_arm_composition, require_device, sample_batch
-from cadence_harness.recipe import Recipe, build_algorithm
-from cadence_harness.runspec import RunSpec
-from cadence_harness.timing import RunTimer
+from cadence_harness.running import data as datasets
+from cadence_harness.running import loaders
+from cadence_harness.running import resident
+from cadence_harness.running import text_loaders
+from cadence_harness.running.budgets import CycleEnds, build_schedulers, cycles_of
+from cadence_harness.running.flops import FlopCounter
+from cadence_harness.running.models import build_image_model, build_text_model, build_tokenizer
+from cadence_harness.running.optimizer import build_optimizer, optimizer_procedures
+from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
+from cadence_harness.running.recipe import Recipe, build_algorithm
+from cadence_harness.running.runspec import RunSpec
+from cadence_harness.running.timing import RunTimer
 
 __all__ = [
     "RunData",

@@ -1,7 +1,7 @@
 """Refusals before anything trains: this machine, and whether each method can work on the model and data.
 
 Each raises with one line that names what does not fit and the fix; the command line prints it
-and exits with code 2. Recipe values are checked earlier, by `cadence_harness.recipe`.
+and exits with code 2. Recipe values are checked earlier, by `cadence_harness.running.recipe`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from cadence import Algorithm, MethodConflictError, NotApplicableError
 from cadence.batch import batch_to_device
 from cadence.engine import check_composition
-from cadence_harness.recipe_checks import RecipeError
+from cadence_harness.running.recipe_checks import RecipeError
 
 __all__ = ["check_applicable", "check_arm_composition", "require_device", "sample_batch"]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from cadence_harness.runspec import TAG, RunSpec
-from cadence_harness.tracking import mark_failed
+from cadence_harness.running.runspec import TAG, RunSpec
+from cadence_harness.running.tracking import mark_failed
 
 __all__ = ["OOM_EXIT_CODE", "run_one_in_process", "run_one_in_subprocess", "run_worker", "warm_up_process"]
 
@@ -45,7 +45,7 @@ def run_worker(
     """The worker process's side of `run_one_in_subprocess` (``cadence_harness worker``): one run of a
     grid. Returns the exit code: 0, `OOM_EXIT_CODE` when the run ran out of memory, else 1."""
     from cadence.loggers import failure_kind
-    from cadence_harness.run import execute
+    from cadence_harness.running.run import execute
 
     spec = RunSpec.from_json(spec_file.read_text())
     try:
@@ -83,7 +83,7 @@ def run_one_in_process(
     import traceback
 
     from cadence.loggers import failure_kind
-    from cadence_harness.run import execute
+    from cadence_harness.running.run import execute
 
     microbatch = spec.recipe.device_train_microbatch_size
     with tempfile.TemporaryDirectory() as folder:
@@ -197,7 +197,7 @@ def warm_up_process(spec: RunSpec, *, data_dir: str | None = None, download: boo
     import dataclasses
     import time
 
-    from cadence_harness.run import execute
+    from cadence_harness.running.run import execute
 
     schedule = {k: v for k, v in spec.recipe.schedule.items() if k != "cycles"}
     recipe = dataclasses.replace(spec.recipe, duration="1ep", durations=(), schedule=schedule, target_accuracy=None)

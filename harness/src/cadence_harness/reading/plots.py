@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cadence_harness.tradeoff import COSTS, Curve, pareto_front, pareto_points
+from cadence_harness.reading.tradeoff import COSTS, Curve, pareto_front, pareto_points
 
 if TYPE_CHECKING:
     from cadence_harness.records import RunRecord
-    from cadence_harness.report import ArmSummary
+    from cadence_harness.reading.report import ArmSummary
 
 __all__ = ["plot_curves", "plot_pareto", "plot_tradeoff"]
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from cadence_harness import resident
-from cadence_harness.loaders import TensorLoader
-from cadence_harness.models import pack_blocks, tokenize
+from cadence_harness.running import resident
+from cadence_harness.running.loaders import TensorLoader
+from cadence_harness.running.models import pack_blocks, tokenize
 
 __all__ = [
     "LengthBucketLoader",

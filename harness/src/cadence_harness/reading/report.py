@@ -9,9 +9,9 @@ see `cadence_harness.records`). A report never pools different configurations:
   section per study, whose header names only the settings every run of it shares (a second machine
   is named with its run count); the budget, when it varies, is a column;
 * each arm is compared with the baseline of its own configuration on the same seeds, and its
-  tradeoff curve with the baseline's curve of its family (`cadence_harness.tradeoff`).
+  tradeoff curve with the baseline's curve of its family (`cadence_harness.reading.tradeoff`).
 
-See `cadence_harness.stats` for which interval is used where.
+See `cadence_harness.reading.stats` for which interval is used where.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cadence_harness.budgets import budget_value
-from cadence_harness.peaks import peak_fraction
+from cadence_harness.running.budgets import budget_value
+from cadence_harness.reading.peaks import peak_fraction
 from cadence_harness.records import RunRecord, latest_per_config, load_mlflow_records, read_records
-from cadence_harness.stats import Interval, log_t_interval, paired_bootstrap_ratio, paired_t_difference, t_interval
-from cadence_harness.tracking import client, harness_experiments
-from cadence_harness.tradeoff import COSTS, Curve, Speedup, curves_from_records, matched_speedups, pareto_front
+from cadence_harness.reading.stats import Interval, log_t_interval, paired_bootstrap_ratio, paired_t_difference, t_interval
+from cadence_harness.running.tracking import client, harness_experiments
+from cadence_harness.reading.tradeoff import COSTS, Curve, Speedup, curves_from_records, matched_speedups, pareto_front
 
 __all__ = [
     "ArmSummary",
@@ -289,8 +289,8 @@ def plot_prefix(section: Section, sections: Sequence[Section]) -> str:
 
 
 def write_plots(section: Section, sections: Sequence[Section], out: Path) -> list[Path]:
-    from cadence_harness.plots import plot_curves, plot_pareto, plot_tradeoff
-    from cadence_harness.tables import describe
+    from cadence_harness.reading.plots import plot_curves, plot_pareto, plot_tradeoff
+    from cadence_harness.reading.tables import describe
 
     prefix, rows = plot_prefix(section, sections), section.summaries
     title = f"{section.name}: {describe(rows)}"
@@ -327,7 +327,7 @@ def report_from_runs(
     runs: Sequence[RunRecord], *, out_dir: str | Path = "cadence_runs/report", plots: bool = True
 ) -> Report:
     """The report of `runs`, wherever they were read from."""
-    from cadence_harness.tables import section_markdown, write_csv, write_tradeoff_csv
+    from cadence_harness.reading.tables import section_markdown, write_csv, write_tradeoff_csv
 
     summaries = summarize(runs)
     sections = sections_of(runs, summaries)

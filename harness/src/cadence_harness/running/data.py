@@ -24,7 +24,7 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from cadence_harness.recipe_checks import RecipeError, did_you_mean
+from cadence_harness.running.recipe_checks import RecipeError, did_you_mean
 
 __all__ = [
     "DATASETS",
@@ -39,7 +39,7 @@ __all__ = [
     "search_dirs",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 HOW_TO_GET = {
     "cifar10": "copy cifar10_jpeg.npz (see shared/data/README.md) into one of these folders, or pass --download",

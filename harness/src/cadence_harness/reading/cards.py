@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cadence_harness.claims import claim_table, parse_claims
-from cadence_harness.recipe_checks import RecipeError
-from cadence_harness.report import ArmSummary, Section
-from cadence_harness.tables import describe, format_table, peak_note, recipe_markdown, tradeoff_markdown
-from cadence_harness.tradeoff import pareto_points, verdict
+from cadence_harness.reading.claims import claim_table, parse_claims
+from cadence_harness.running.recipe_checks import RecipeError
+from cadence_harness.reading.report import ArmSummary, Section
+from cadence_harness.reading.tables import describe, format_table, peak_note, recipe_markdown, tradeoff_markdown
+from cadence_harness.reading.tradeoff import pareto_points, verdict
 
 __all__ = ["MARK_END", "MARK_START", "eligible_sections", "replace_results", "write_cards", "write_index"]
 
@@ -167,7 +167,7 @@ def write_cards(
     measure its method. With `plots_dir`, each method's tradeoff plot (its arms and the baseline) is
     drawn there.
     """
-    from cadence_harness.plots import plot_tradeoff
+    from cadence_harness.reading.plots import plot_tradeoff
 
     eligible = eligible_sections(sections if sections is not None else _plain_sections(summaries), min_seeds)
     studies = _studies(study)

@@ -10,7 +10,7 @@ with such arms the estimate is a floor.
 
 With the study's run records (`records_dir`) holding baseline runs on the device the grid will run
 on (this machine's GPU or CPU; for a GPU recipe estimated without a GPU, the GPU its records used
-most), the time comes from them instead (`cadence_harness.reference`): the baseline's training rate
+most), the time comes from them instead (`cadence_harness.running.reference`): the baseline's training rate
 there, its seconds per evaluation, the rest of its ``fit``, the start-up between runs, and for each
 configuration that already ran there, its own costs. The output names the source it used.
 """
@@ -28,11 +28,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from cadence.time import Time, TimeUnit
-from cadence_harness.budgets import cycles_of
-from cadence_harness.recipe import OPTIMIZERS, Recipe
+from cadence_harness.running.budgets import cycles_of
+from cadence_harness.running.recipe import OPTIMIZERS, Recipe
 from cadence_harness.records import read_records, records_file
-from cadence_harness.reference import Costs, Reference, reference_from_records
-from cadence_harness.runspec import RunSpec
+from cadence_harness.running.reference import Costs, Reference, reference_from_records
+from cadence_harness.running.runspec import RunSpec
 
 __all__ = ["Estimate", "estimate_grid", "evaluations"]
 
@@ -173,8 +173,8 @@ def estimate_grid(
 ) -> Estimate:
     """The FLOPs of `specs` (this shard of the grid of `recipe`) and the hours: at `rate` GFLOP/s when given, else
     from the study's records in `records_dir` when they hold its baseline on the device, else measured here."""
-    from cadence_harness.preflight import sample_batch
-    from cadence_harness.run import build_data, build_model
+    from cadence_harness.running.preflight import sample_batch
+    from cadence_harness.running.run import build_data, build_model
 
     cpu = torch.device("cpu")
     data = build_data(recipe, recipe.seeds[0], cpu, data_dir, download)
@@ -255,7 +255,7 @@ def _device_here(recipe: Recipe) -> str | None:
     """The name a run of `recipe` here would record as its device (None: a GPU recipe on a machine without one)."""
     if recipe.device == "gpu":
         return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    from cadence_harness.run import environment
+    from cadence_harness.running.run import environment
 
     return environment(torch.device("cpu"))["device_name"]
 

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cadence_harness.recipe import Recipe
+from cadence_harness.running.recipe import Recipe
 
 __all__ = ["TAG", "RunSpec", "arm_name", "config_hash"]
 

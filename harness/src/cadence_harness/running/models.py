@@ -4,7 +4,7 @@
   ``tv/resnet56`` are the CIFAR ResNets of He et al. (2016), defined here from torchvision's
   ``BasicBlock``; a ``-cifar`` suffix (``tv/resnet18-cifar``) swaps an ImageNet ResNet's stem
   for a 3x3 stride-1 convolution without max-pooling, the usual adaptation to 32x32 inputs.
-* ``cadence/airbench94``: the airbench-class CIFAR-10 network (`cadence_harness.airbench`), its
+* ``cadence/airbench94``: the airbench-class CIFAR-10 network (`cadence_harness.running.airbench`), its
   whitening layer fitted to the run's training images.
 * ``timm/<name>``: ``cadence.models.timm_model`` (``timm.create_model``, ``pretrained=False``).
 * ``hf/<name>``: ``hf/bert-tiny`` and ``hf/gpt2-tiny`` are built from a small config, with a
@@ -71,7 +71,7 @@ def _suggest(prefix: str, arch: str, known: Sequence[str]) -> str:
 
 def check_model(name: str, data: str | None = None, task: str = "classification") -> None:
     """Raise ValueError naming the problem if `name` cannot be built (or does not fit `data` or `task`)."""
-    from cadence_harness.data import DATASETS
+    from cadence_harness.running.data import DATASETS
 
     prefix, arch = family(name)
     if prefix == "tv":
@@ -215,7 +215,7 @@ def build_image_model(
     prefix, arch = family(name)
     out_channels: int | None = None
     if prefix == "cadence":
-        from cadence_harness.airbench import build_airbench
+        from cadence_harness.running.airbench import build_airbench
 
         normalize = Normalize(mean, std)
         return build_airbench(

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cadence.time import Time
-from cadence_harness.peaks import peak_of
-from cadence_harness.stats import Interval
-from cadence_harness.tradeoff import COSTS, cyclic_checks, pareto_points, verdict
+from cadence_harness.reading.peaks import peak_of
+from cadence_harness.reading.stats import Interval
+from cadence_harness.reading.tradeoff import COSTS, cyclic_checks, pareto_points, verdict
 
 if TYPE_CHECKING:
-    from cadence_harness.report import ArmSummary, Section
+    from cadence_harness.reading.report import ArmSummary, Section
 
 __all__ = [
     "describe",
@@ -165,7 +165,7 @@ def format_table(summaries: Sequence[ArmSummary], throughput: bool = False) -> s
 
 
 def peak_note(summaries: Sequence[ArmSummary]) -> str:
-    """What the throughput columns mean and which device peak each fraction is of (`cadence_harness.peaks`)."""
+    """What the throughput columns mean and which device peak each fraction is of (`cadence_harness.reading.peaks`)."""
     pairs = sorted(
         {(d, p) for s in summaries for d in s.settings.get("device_name", {}) for p in s.settings.get("precision", {})}
     )
@@ -182,7 +182,7 @@ def peak_note(summaries: Sequence[ArmSummary]) -> str:
         parts.append("% of peak: of the device's dense peak in the run's precision: " + "; ".join(known))
     if unknown:
         devices = ", ".join(sorted(unknown))
-        parts.append(f"% of peak: — for {devices}, whose peak is not known (`cadence_harness.peaks`)")
+        parts.append(f"% of peak: — for {devices}, whose peak is not known (`cadence_harness.reading.peaks`)")
     return ". ".join(parts) + "."
 
 
@@ -273,8 +273,8 @@ def section_markdown(section: Section) -> str:
 
 
 def recipe_markdown(section: Section) -> str:
-    """The greedy recipe search over the section's arms, in FLOPs and in time (`cadence_harness.recipe_search`)."""
-    from cadence_harness.recipe_search import section_searches
+    """The greedy recipe search over the section's arms, in FLOPs and in time (`cadence_harness.reading.combination_search`)."""
+    from cadence_harness.reading.combination_search import section_searches
 
     return "\n\n".join(search.markdown() for search in section_searches(section))
 

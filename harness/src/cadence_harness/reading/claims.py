@@ -23,7 +23,7 @@ A claim is judged on the method's own arm of each study section:
 
 * ``accuracy``: the paired Δ accuracy against the baseline at the longest budget the arm has;
   reproduced when its 95% interval lies above 0.
-* ``speedup``: the speedup at matched accuracy at each budget (`cadence_harness.tradeoff`);
+* ``speedup``: the speedup at matched accuracy at each budget (`cadence_harness.reading.tradeoff`);
   reproduced when some budget's interval lies above 1 and none below.
 * ``cost``: the baseline's cost over the arm's at the same budget (FLOPs, or time with `unit`);
   reproduced when its interval lies above 1 at every budget.
@@ -41,9 +41,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cadence_harness.budgets import budget_value
-from cadence_harness.report import ArmSummary, Section
-from cadence_harness.tradeoff import COSTS
+from cadence_harness.running.budgets import budget_value
+from cadence_harness.reading.report import ArmSummary, Section
+from cadence_harness.reading.tradeoff import COSTS
 
 __all__ = ["Claim", "Judgement", "claim_table", "judge", "parse_claims"]
 
@@ -167,7 +167,7 @@ def claim_table(claims: Sequence[Claim], sections: Sequence[Section], method: st
         f"{level} Claims",
         "",
         "What the method's authors or Composer report, each judged on the method's own arm "
-        "(`cadence_harness.claims`): reproduced only where the 95% interval supports it.",
+        "(`cadence_harness.reading.claims`): reproduced only where the 95% interval supports it.",
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join(["---"] * len(head)) + " |",

@@ -40,9 +40,9 @@ from typing import Any
 from cadence import Algorithm
 from cadence.registry import MethodInfo, canonical_name, registry
 from cadence.time import TimeUnit
-from cadence_harness.budgets import check_budgets, check_decays
-from cadence_harness.optimizer import check_harness_keys
-from cadence_harness.recipe_checks import (
+from cadence_harness.running.budgets import check_budgets, check_decays
+from cadence_harness.running.optimizer import check_harness_keys
+from cadence_harness.running.recipe_checks import (
     OPTIMIZERS,
     SCHEDULES,
     TABLES,
@@ -78,7 +78,7 @@ __all__ = [
     "parse_recipe",
 ]
 
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES_DIR = Path(__file__).resolve().parents[3] / "recipes"
 ARMS = ("baseline", "each", "leave_one_out", "pairs", "all")
 DEFAULT_GRID: dict[str, Any] = {"arms": ["baseline", "each"]}
 
@@ -97,7 +97,7 @@ class Recipe:
     data: str
     duration: str
     batch_size: int = 128
-    durations: tuple[str, ...] = ()  # a sweep of budgets (see `cadence_harness.budgets`); `duration` is the last
+    durations: tuple[str, ...] = ()  # a sweep of budgets (see `cadence_harness.running.budgets`); `duration` is the last
     curve: str = "sweep"  # or "cyclic": one run per arm and seed, its cycles ending at the budgets
     description: str = ""
     model_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -251,8 +251,8 @@ def _resolve_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
 
 def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
     """Validate a recipe given as a dict (a parsed TOML/YAML file, after overrides)."""
-    from cadence_harness.data import check_dataset
-    from cadence_harness.models import check_model
+    from cadence_harness.running.data import check_dataset
+    from cadence_harness.running.models import check_model
 
     for key in values:
         if key not in _FIELDS or key == "source":

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from cadence import Algorithm
-from cadence_harness.lookahead import Lookahead, check_lookahead
-from cadence_harness.recipe_checks import OPTIMIZER_EXTRAS, OPTIMIZERS, RecipeError
+from cadence_harness.running.lookahead import Lookahead, check_lookahead
+from cadence_harness.running.recipe_checks import OPTIMIZER_EXTRAS, OPTIMIZERS, RecipeError
 
 __all__ = ["build_optimizer", "check_harness_keys", "optimizer_procedures"]
 

@@ -5,7 +5,7 @@ optimizer step. Evaluation pauses it, and the first `warmup_batches` batches (wh
 ``torch.compile`` and allocator warm-up) are timed on their own line. So is every *shape warm-up*:
 the first step of each distinct piece of work (a new input shape from progressive resizing or ColOut,
 a new model structure after surgery or layer freezing), which pays cuDNN autotuning, recompilation
-and the FLOP counter's one counted pass (`cadence_harness.flops`), which calls `time_apart` as it
+and the FLOP counter's one counted pass (`cadence_harness.running.flops`), which calls `time_apart` as it
 starts: FLOP counting never runs inside the timed region. On CUDA the region is
 bracketed with CUDA events, synchronised only where the loop already synchronises (evaluation
 reads its metrics back) and at the end; on CPU it uses ``time.perf_counter``.

@@ -77,7 +77,7 @@ SCHEDULES: dict[str, type[cadence_schedulers.Scheduler] | None] = {
 LOADERS = ("tensor", "dataloader")
 TASKS = ("classification", "causal_lm")  # causal_lm: next-token prediction on the text of a text dataset
 AUGMENTS = ("none", "flip", "flip_crop", "alt_flip_translate")
-#: ``[optimizer]`` keys the harness reads itself (`cadence_harness.optimizer`), not the optimizer class.
+#: ``[optimizer]`` keys the harness reads itself (`cadence_harness.running.optimizer`), not the optimizer class.
 OPTIMIZER_EXTRAS = ("norm_lr_scale", "lookahead")
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
 REQUIRED = ("name", "model", "data", "duration")
