@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Trainer
 from cadence import checkpoint as ckpt
+from cadence._snapshot import CheckpointMismatchError
 from cadence.checkpoint import CheckpointError
-from cadence.snapshot import CheckpointMismatchError
 from cadence.testing import assert_same_tensors, mlp_classifier
 
 

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Algorithm, Callback, Event, Trainer
 from cadence import checkpoint as ckpt
-from cadence.microbatch_search import MicrobatchSearch
+from cadence._microbatch_search import MicrobatchSearch
 from cadence.optim import CosineAnnealingScheduler, DecoupledAdamW, DecoupledSGDW
 from cadence.state import State
 from cadence.testing import mlp_classifier

@@ -8,7 +8,7 @@ import operator
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from cadence.data import ResumableSampler, prepare_loader
+from cadence._resumable_loader import ResumableSampler, prepare_loader
 
 
 def test_order_depends_only_on_seed_and_epoch() -> None:

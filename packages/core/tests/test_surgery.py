@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Classifier, Trainer
+from cadence._snapshot import CheckpointMismatchError
 from cadence.ops import (
     NoEffectError,
     NoEffectWarning,
@@ -21,7 +22,6 @@ from cadence.ops import (
     replace_modules,
     unwrap_model,
 )
-from cadence.snapshot import CheckpointMismatchError
 from cadence.testing import assert_same_tensors
 
 

@@ -5,6 +5,7 @@ Methods live in their own packages (``pip install cadence-mixup``) and appear un
 `cadence.algorithms` and `cadence.functional` once installed.
 """
 
+from cadence._snapshot import CheckpointMismatchError
 from cadence.algorithm import Algorithm, Effects, NotApplicableError, Resource
 from cadence.callback import Callback
 from cadence.checkpoint import CheckpointError
@@ -19,7 +20,6 @@ from cadence.models import (
     soft_cross_entropy,
 )
 from cadence.precision import Precision
-from cadence.snapshot import CheckpointMismatchError
 from cadence.state import State
 from cadence.time import Time, Timestamp, TimeUnit, ensure_time
 from cadence.trainer import Trainer, seed_all

@@ -1,7 +1,7 @@
 """Checkpoint files: atomic writes, a ``latest`` pointer, safe loads with clear errors, resumable runs.
 
 A checkpoint is a ``torch.save`` of plain containers and tensors, so it loads with
-``weights_only=True``: loading one can never execute code. What it holds is `cadence.snapshot`'s
+``weights_only=True``: loading one can never execute code. What it holds is `cadence._snapshot`'s
 business; this module only moves files:
 
 * `save_checkpoint` writes through a temporary file and a rename, so a crash leaves the old
@@ -204,7 +204,7 @@ def load_checkpoint(path: str | Path) -> Any:
 
 
 def load_run_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A checkpoint a `Trainer` wrote (see `cadence.snapshot`); any other file is refused, naming it."""
+    """A checkpoint a `Trainer` wrote (see `cadence._snapshot`); any other file is refused, naming it."""
     payload = load_checkpoint(path)
     if not isinstance(payload, dict) or "format" not in payload:
         kind = type(payload).__name__

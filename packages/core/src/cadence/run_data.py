@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from cadence.data import LoaderPlan, prepare_loader
+from cadence._resumable_loader import LoaderPlan, prepare_loader
 
 __all__ = ["RunData", "check_subset_num_batches", "limited"]
 

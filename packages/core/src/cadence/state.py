@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from cadence._timestring import Count
 from cadence.batch import BatchKey, batch_get_item, batch_set_item
 from cadence.precision import Precision
 from cadence.time import Time, TimeLike, Timestamp, TimeUnit, parse_time
-from cadence.timestring import Count
 
 if TYPE_CHECKING:
     from torchmetrics import Metric

@@ -1,6 +1,6 @@
 """Training time: `Time` (an amount in one unit), `TimeUnit`, and `Timestamp` (where a run is).
 
-Strings follow Composer (see `cadence.timestring`): ``"10ep"``, ``"100ba"``, ``"3e4sp"``,
+Strings follow Composer (see `cadence._timestring`): ``"10ep"``, ``"100ba"``, ``"3e4sp"``,
 ``"4_000tok"``, ``"0.5dur"``, ``"2iter"``, ``"60sec"``, ``"1h30m"``. Only ``dur`` (a fraction of
 the whole run) may be fractional, so ``"1.5ep"`` is refused rather than silently truncated.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, fields, replace
 from typing import Any, Union
 
-from cadence.timestring import (
+from cadence._timestring import (
     Count,
     NotAWholeCountError,
     Seconds,

@@ -3,7 +3,7 @@
 Setup (``__init__``): validate everything, join the process group (torchrun), seed, build
 the `State` and `Engine`, fire INIT (surgery), load a checkpoint between BEFORE_LOAD and
 AFTER_LOAD, then wrap the model in DDP. ``fit()`` runs epochs of batches of microbatches;
-``eval()`` and ``predict()`` run `cadence.evaluation`'s loops.
+``eval()`` and ``predict()`` run `cadence._evaluation`'s loops.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
+from cadence import _snapshot as snapshot
 from cadence import checkpoint as ckpt
 from cadence import distributed as dist
-from cadence import snapshot
-from cadence.algorithm import Algorithm
-from cadence.arguments import (
+from cadence._arguments import (
     DURATION_UNITS,
     as_list,
     check_checkpointing,
@@ -38,27 +37,28 @@ from cadence.arguments import (
     parse_device,
     refuse_unknown_arguments,
 )
+from cadence._compilation import CompiledStep, check_compile_config, distributed_module
+from cadence._evaluation import run_eval, run_predict
+from cadence._microbatch_search import MicrobatchSearch
+from cadence._run_schedules import RunSchedules
+from cadence._snapshot import seed_all
+from cadence.algorithm import Algorithm
 from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
 from cadence.callback import Callback
-from cadence.compilation import CompiledStep, check_compile_config, distributed_module
 from cadence.engine import Engine
-from cadence.evaluation import run_eval, run_predict
 from cadence.event import Event
 from cadence.intervals import IntervalLike, parse_interval
 from cadence.loggers.console import ConsoleLogger
 from cadence.loggers.destination import LoggerDestination
 from cadence.loggers.logger import Logger, run_hyperparameters
-from cadence.microbatch_search import MicrobatchSearch
 from cadence.models.base import total_loss
 from cadence.nonfinite import NONFINITE_MODES, NonFiniteLossError, NonFiniteLossGuard
 from cadence.ops.checks import check_bool, check_choice
 from cadence.ops.schedule_scaling import scale_duration
 from cadence.ops.weight_decay import DecoupledSGDW
-from cadence.optimization import Optimization
 from cadence.precision import Precision, autocast_context, make_grad_scaler
 from cadence.run_data import RunData, check_subset_num_batches, limited
 from cadence.schedulers import Scheduler
-from cadence.snapshot import seed_all
 from cadence.state import State
 from cadence.termination import RunEnd
 from cadence.time import Time, TimeLike, Timestamp, parse_time
@@ -83,7 +83,7 @@ class Trainer:
         device: ``"cpu"`` or ``"gpu"`` (default: GPU when CUDA is available).
         precision: ``"fp32"``, ``"amp_bf16"`` or ``"amp_fp16"`` (default bf16 on GPUs that have it).
         device_train_microbatch_size: split each batch into microbatches of this size (gradient accumulation);
-            ``"auto"`` (one GPU) finds the largest that fits (`cadence.microbatch_search`).
+            ``"auto"`` (one GPU) finds the largest that fits (`cadence._microbatch_search`).
         save_folder, save_interval, save_num_checkpoints_to_keep: checkpointing (-1 keeps all).
         save_filename: the checkpoints' names, with ``{epoch}`` and ``{batch}`` (`cadence.checkpoint.CheckpointNames`).
         save_overwrite: allow writing over checkpoints of other run positions in ``save_folder``.
@@ -97,7 +97,7 @@ class Trainer:
         nonfinite_loss: ``"error"`` stops the run at a NaN/inf loss, naming the step; ``"skip"`` skips
             such steps (see `cadence.nonfinite` for what each costs on an accelerator).
         compile_config: ``torch.compile`` arguments (``{}``: its defaults) for the forward and the loss
-            (`cadence.compilation`); None (default) runs eagerly.
+            (`cadence._compilation`); None (default) runs eagerly.
 
     Composer arguments that cadence does not take raise a `TypeError` that says what to use instead.
 
@@ -225,7 +225,7 @@ class Trainer:
             self.engine.run_event(Event.INIT)
             model = self.state.model
             self.state.defer_metrics()  # built from the final model on first use
-            self._optimization = Optimization(self.state, schedulers_)
+            self._schedules = RunSchedules(self.state, schedulers_)
 
             # Load a checkpoint between BEFORE_LOAD and AFTER_LOAD; restore RNG last -----------
             self.engine.run_event(Event.BEFORE_LOAD)
@@ -294,7 +294,7 @@ class Trainer:
                 duration = parse_time("duration", duration, units=DURATION_UNITS, positive=True)
                 self.state.max_duration = duration + Time(self.state.timestamp.get(duration.unit), duration.unit)
             if optimizers is not None or schedulers is not None:
-                self._optimization.replace(optimizers, schedulers)
+                self._schedules.replace(optimizers, schedulers)
             if eval_interval is not None:
                 self._eval_interval = parse_interval(eval_interval, "eval_interval")
             if self._data.train is None or self.state.max_duration is None:
@@ -392,9 +392,9 @@ class Trainer:
             elif self.logger.destinations:
                 self.logger.log_metrics({"trainer/nonfinite_skips": self._nonfinite.skipped}, step=step)
         state.timestamp = state.timestamp.to_next_batch(num_samples, num_tokens, time.perf_counter() - started)
-        self._optimization.step(every_batch=True)
+        self._schedules.step(every_batch=True)
         if self.logger.destinations:
-            self.logger.log_metrics({"loss/train/total": loss, **self._optimization.learning_rates()})
+            self.logger.log_metrics({"loss/train/total": loss, **self._schedules.learning_rates()})
         self.engine.run_event(Event.BATCH_END)
         self._evaluate_and_save_if_due(Event.BATCH_END, Event.BATCH_CHECKPOINT)
 
@@ -461,7 +461,7 @@ class Trainer:
             for metric in state.train_metrics.values():
                 metric.reset()
         state.timestamp = state.timestamp.to_next_epoch()
-        self._optimization.step(every_batch=False)
+        self._schedules.step(every_batch=False)
         self.engine.run_event(Event.EPOCH_END)
         self._evaluate_and_save_if_due(Event.EPOCH_END, Event.EPOCH_CHECKPOINT)
         if state.iteration_length and state.timestamp.epoch_in_iteration >= state.iteration_length:

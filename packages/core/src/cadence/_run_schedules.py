@@ -1,4 +1,4 @@
-"""`Optimization`: a run's optimizers' schedules, as the trainer steps and replaces them."""
+"""`RunSchedules`: a run's optimizers' schedules, as the trainer steps and replaces them."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
-from cadence.arguments import as_list
+from cadence._arguments import as_list
 from cadence.schedulers import Scheduler, compile_schedulers
 from cadence.state import State
 
-__all__ = ["Optimization"]
+__all__ = ["RunSchedules"]
 
 
-class Optimization:
+class RunSchedules:
     """The schedulers given by the user, compiled on ``state.optimizers`` (also set as ``state.schedulers``).
 
     cadence schedulers step every batch and torch ``LRScheduler``s every epoch; `replace` swaps the
