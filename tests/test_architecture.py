@@ -1,4 +1,5 @@
-"""The layout rules of design.md and packages/methods/README.md, checked on the source so they cannot drift.
+"""The layout rules (README.md's layout section, packages/methods/README.md, the harness's two wings), checked on
+the source so they cannot drift.
 
 Every import statement counts: at module level, inside functions, and under ``TYPE_CHECKING``.
 """
@@ -69,9 +70,10 @@ def _imports(path: Path) -> set[str]:
     return set(_imported(path, path.stem))
 
 
-def _core_graph() -> dict[str, set[str]]:
-    """Core module -> the core modules it imports (a name that is not a module counts as its module)."""
-    modules = {_module_name(CORE_SRC, p): p for p in CORE_SRC.rglob("*.py")}
+def _graph(src: Path, package: str) -> dict[str, set[str]]:
+    """Module of `package` (under `src`) -> the modules of the same package it imports (a name that is not a
+    module counts as its module; a package's own parent is not a dependency it chose)."""
+    modules = {_module_name(src, p): p for p in (src / package).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets = set()
@@ -79,9 +81,13 @@ def _core_graph() -> dict[str, set[str]]:
             while imported and imported not in modules:
                 imported = imported.rpartition(".")[0]
             if imported and imported != name and not name.startswith(imported + "."):
-                targets.add(imported)  # a package's own parent is not a dependency it chose
+                targets.add(imported)
         graph[name] = targets
     return graph
+
+
+def _core_graph() -> dict[str, set[str]]:
+    return _graph(CORE_SRC, "cadence")
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -153,12 +159,8 @@ def test_only_the_package_and_the_test_kit_import_the_trainer() -> None:
 
 def test_core_never_names_a_method_the_harness_or_mlflow() -> None:
     forbidden = {f"cadence_{p.name}" for p in METHODS} | {"cadence_harness", "cadence_mlflow"}
-    # the one bridge: `from cadence.loggers import MLFlowLogger` keeps working when cadence[mlflow] is installed
-    bridge = CORE_SRC / "cadence" / "loggers" / "__init__.py", "cadence_mlflow.MLFlowLogger"
-    for path in CORE_SRC.rglob("*.py"):
+    for path in CORE_SRC.rglob("*.py"):  # loggers such as MLflow's are plugins (entry-point group cadence.loggers)
         for name in _imports(path):
-            if (path, name) == bridge or (path, name + ".MLFlowLogger") == bridge:
-                continue
             assert name.split(".")[0] not in forbidden, f"{path.relative_to(ROOT)} imports {name}"
 
 
@@ -247,3 +249,73 @@ def test_methods_use_the_public_api_only(folder: Path) -> None:
                 continue  # `from cadence import Trainer` parses as cadence.Trainer; tests may use check_composition
             parent = name.rpartition(".")[0]
             assert parent in public, f"{path.relative_to(ROOT)} imports {name}: use `cadence` or `cadence.ops`"
+
+
+# Packages and the harness's two wings ----------------------------------------------------------
+HARNESS_SRC = ROOT / "harness" / "src"
+PACKAGES = [
+    (CORE_SRC, "cadence"),
+    (ROOT / "packages" / "mlflow" / "src", "cadence_mlflow"),
+    (HARNESS_SRC, "cadence_harness"),
+]
+PACKAGES += [(p / "src", f"cadence_{p.name}") for p in METHODS]
+#: the only harness modules that use both wings: the command line and what it composes
+ORCHESTRATORS = {f"cadence_harness.{m}" for m in ("__main__", "cli", "demo", "search_grid", "store_report")}
+MAX_HARNESS_DEPTH = 8  # imports deep, counted in edges of the longest chain of harness modules
+
+
+@pytest.mark.parametrize(("src", "package"), PACKAGES, ids=[package for _, package in PACKAGES])
+def test_no_package_has_an_import_circle(src: Path, package: str) -> None:
+    cycles = _cycles(_graph(src, package))
+    assert not cycles, f"import circles in {package}: " + "; ".join(" <-> ".join(cycle) for cycle in cycles)
+
+
+def _wing(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in ("running", "reading") else ""
+
+
+def test_the_reading_wing_reads_only_the_run_records() -> None:
+    """It imports the records, the core and its own modules: never the running wing, MLflow, a recipe loader
+    or a method package, so a report reads the same on every machine that has the records."""
+    methods = {f"cadence_{p.name}" for p in METHODS}
+    for path in (HARNESS_SRC / "cadence_harness" / "reading").rglob("*.py"):
+        for name in _imports(path):
+            root = name.split(".")[0]
+            assert root not in methods | {"mlflow", "cadence_mlflow"}, f"{path.relative_to(ROOT)} imports {name}"
+            if root == "cadence_harness":
+                allowed = name == "cadence_harness" or name.startswith(
+                    ("cadence_harness.reading", "cadence_harness.records")
+                )
+                assert allowed, f"{path.relative_to(ROOT)} imports {name}: the reading wing reads run records only"
+
+
+def test_the_records_import_neither_wing_and_only_orchestrators_use_both() -> None:
+    graph = _graph(HARNESS_SRC, "cadence_harness")
+    assert not {_wing(t) for t in graph["cadence_harness.records"]} - {""}, graph["cadence_harness.records"]
+    both = {name for name, targets in graph.items() if {"running", "reading"} <= {_wing(t) for t in targets}}
+    assert both <= ORCHESTRATORS, (
+        f"modules that use both wings (only the command line may): {sorted(both - ORCHESTRATORS)}"
+    )
+    running = {name for name in graph if _wing(name) == "running"}
+    assert not {t for name in running for t in graph[name] if _wing(t) == "reading"}, (
+        "the running wing imports the reading wing"
+    )
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    chains: dict[str, list[str]] = {}
+
+    def chain(node: str) -> list[str]:
+        if node not in chains:
+            longest = max((chain(t) for t in graph[node]), key=len, default=[])
+            chains[node] = [node, *longest]
+        return chains[node]
+
+    return max((chain(node) for node in graph), key=len, default=[])
+
+
+def test_the_harness_imports_at_most_eight_deep() -> None:
+    chain = _longest_chain(_graph(HARNESS_SRC, "cadence_harness"))
+    assert len(chain) - 1 <= MAX_HARNESS_DEPTH, f"{len(chain) - 1} imports deep: " + " -> ".join(chain)
+    assert _longest_chain({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"c"}}) == ["a", "b", "c"]

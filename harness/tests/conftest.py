@@ -188,7 +188,7 @@ def run_logger() -> Any:
 def log_study(uri: str, recipe: Recipe, known: Mapping[tuple[str, str], tuple[float, float]]) -> None:
     """Every run of `recipe`'s grid, from `known` (arm, budget) -> (accuracy, cost): seeds 0, 1, 2 add 0, +0.01,
     -0.01 to the accuracy and 0, 5, 10 % to the cost."""
-    from cadence_harness.running.grid import expand
+    from cadence_harness.running.plan import expand
 
     for spec in expand(recipe):
         accuracy, cost = known[(spec.arm_name, spec.recipe.duration)]

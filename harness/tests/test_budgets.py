@@ -13,7 +13,8 @@ import pytest
 from cadence.time import Time
 from cadence_harness.running import grid as grid_module
 from cadence_harness.running.budgets import CyclicScheduler, build_schedulers
-from cadence_harness.running.grid import expand, run_grid, select_shard
+from cadence_harness.running.grid import run_grid, select_shard
+from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe
 from cadence_harness.running.recipe_checks import SCHEDULES
 

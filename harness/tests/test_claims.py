@@ -16,8 +16,9 @@ from cadence_harness.reading.claims import (
     judge,
     parse_claims,
 )
+from cadence_harness.reading.summaries import Section
 from cadence_harness.running.recipe import Recipe
-from cadence_harness.reading.report import Section, build_report
+from cadence_harness.store_report import build_report
 
 STUDY = Recipe(
     name="claims",

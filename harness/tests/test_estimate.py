@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from cadence_harness.running.estimate import estimate_grid
-from cadence_harness.running.grid import expand
 from cadence_harness.records import RunRecord, records_file
+from cadence_harness.running.estimate import estimate_grid
+from cadence_harness.running.plan import expand
 from cadence_harness.running.reference import MAX_GAP_S, reference_from_records, startup_gaps
 from cadence_harness.running.run import environment
 from cadence_harness.running.runspec import RunSpec

@@ -15,9 +15,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from cadence import Algorithm, Classifier, Event, Trainer
 from cadence.registry import registry
+from cadence_harness.running.bridge import load_mlflow_records
 from cadence_harness.running.flops import FlopCounter
-from cadence_harness.running.grid import expand
-from cadence_harness.records import load_mlflow_records
+from cadence_harness.running.plan import expand
 from cadence_harness.running.run import execute
 from cadence_harness.running.runspec import RunSpec
 

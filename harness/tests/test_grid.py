@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cadence_harness.running.grid import expand, parse_shard, run_grid, select_shard
+from cadence_harness.running.grid import parse_shard, run_grid, select_shard
+from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import Recipe, RecipeError
 from cadence_harness.running.runspec import RunSpec
 

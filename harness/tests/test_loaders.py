@@ -9,9 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cadence_harness.running import run
-
-from cadence_harness.running import text_loaders
+from cadence_harness.running import run, text_loaders
 from cadence_harness.running.loaders import FlipCrop, TensorLoader, batch_crop, batch_flip_lr, make_augment
 from cadence_harness.running.text_loaders import LengthBucketLoader, encoded_texts
 

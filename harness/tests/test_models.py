@@ -14,11 +14,11 @@ from torch import nn
 
 from cadence.algorithm import NotApplicableError
 from cadence.ops import NoEffectWarning
+from cadence_harness.reading.tables import describe
 from cadence_harness.running.models import cifar_resnet
-from cadence_harness.reading.report import build_report
 from cadence_harness.running.run import execute
 from cadence_harness.running.runspec import RunSpec
-from cadence_harness.reading.tables import describe
+from cadence_harness.store_report import build_report
 
 
 def _count(network: nn.Module, kind: type[nn.Module]) -> int:

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from cadence.registry import registry
-from cadence_harness.running.recipe import RECIPES_DIR, RecipeError, apply_overrides, load_recipe, parse_recipe, parse_value
+from cadence_harness.running.recipe import (
+    RECIPES_DIR,
+    RecipeError,
+    apply_overrides,
+    load_recipe,
+    parse_recipe,
+    parse_value,
+)
 
 BASE: dict[str, Any] = {"name": "t", "model": "tv/resnet20", "data": "synthetic", "duration": "2ba"}
 

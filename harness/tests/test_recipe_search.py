@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cadence_harness.reading.combination_search import greedy_search, speedup_at_baseline_best
-from cadence_harness.reading.report import Section
+from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.tradeoff import Curve, matched_speedups
 
 COSTS = [1.0, 2.0, 4.0]
@@ -202,9 +202,9 @@ def test_the_index_runs_the_search_on_every_run_of_the_study_screened_ones_inclu
     """The cards show arms with 3 seeds only; the INDEX's search must still see the candidates it screened
     on seed 0, or it would ask for them again forever."""
     from cadence_harness.reading.cards import write_index
-    from cadence_harness.running.grid import expand
+    from cadence_harness.running.plan import expand
     from cadence_harness.running.recipe import Recipe
-    from cadence_harness.reading.report import build_report
+    from cadence_harness.store_report import build_report
 
     study = Recipe(
         name="screened",

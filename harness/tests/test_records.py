@@ -10,14 +10,16 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cadence_harness.running import grid as grid_module
-from cadence_harness.reading import report as report_module
+from cadence_harness import store_report
 from cadence_harness.cli import main
-from cadence_harness.running.grid import expand, run_grid
+from cadence_harness.records import read_records
+from cadence_harness.running import grid as grid_module
+from cadence_harness.running.bridge import export_runs, import_records
+from cadence_harness.running.grid import run_grid
+from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import Recipe
-from cadence_harness.records import export_runs, import_records, read_records
-from cadence_harness.reading.report import build_report
 from cadence_harness.running.tracking import finished_config_hashes
+from cadence_harness.store_report import build_report
 
 STUDY = Recipe(
     name="sweep",
@@ -78,7 +80,7 @@ def test_a_report_from_the_records_alone_equals_the_report_from_mlflow(
     def no_mlflow(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a report from records must not touch MLflow")
 
-    monkeypatch.setattr(report_module, "client", no_mlflow)
+    monkeypatch.setattr(store_report, "client", no_mlflow)
     from_records = build_report(records=[tmp_path / "runs"], out_dir=tmp_path / "b")
     assert from_records.markdown == from_mlflow.markdown
     names = sorted(p.name for p in from_records.files)

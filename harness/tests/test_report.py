@@ -15,11 +15,13 @@ from scipy import stats as scipy_stats
 from cadence.loggers import MLFlowLogger
 from cadence_harness.reading.cards import MARK_END, MARK_START, write_cards, write_index
 from cadence_harness.reading.peaks import peak_flops, peak_fraction
-from cadence_harness.running.recipe import Recipe
-from cadence_harness.records import RunRecord
-from cadence_harness.reading.report import build_report, pareto_front, report_from_runs, summarize
-from cadence_harness.running.runspec import RunSpec
+from cadence_harness.reading.report import pareto_front, report_from_runs
+from cadence_harness.reading.summaries import summarize
 from cadence_harness.reading.tables import format_table, peak_note
+from cadence_harness.records import RunRecord
+from cadence_harness.running.recipe import Recipe
+from cadence_harness.running.runspec import RunSpec
+from cadence_harness.store_report import build_report
 
 RECIPE = Recipe(
     name="known",

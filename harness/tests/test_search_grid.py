@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 
 from cadence_harness.cli import main
-from cadence_harness.running.grid import GridResult, expand
+from cadence_harness.records import read_records, records_file
+from cadence_harness.running.bridge import export_runs
+from cadence_harness.running.grid import GridResult
+from cadence_harness.running.membership import tag_records
+from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import Recipe, load_recipe
-from cadence_harness.records import export_runs, read_records, records_file
 from cadence_harness.search_grid import run_search
 
 # (accuracy, cost) per budget: `sharp` reaches the baseline's best (0.75) at about 1.6ep; `flat` is the
@@ -34,7 +37,8 @@ PAIR = ["label_smoothing+channels_last"]  # the combination the searches screen 
 
 class RecordingGrid:
     """`run_grid`'s contract for the search: runs the recipe's grid, minus what the records hold, and appends
-    each run to the records; here each run gets its arm's known numbers (seed 1 +0.01, seed 2 -0.01), a
+    each run to the records, tagged with its study;
+    here each run gets its arm's known numbers (seed 1 +0.01, seed 2 -0.01), a
     cyclic run those of each budget at its cycle's end."""
 
     def __init__(self, uri: str, run_logger: Any, writes: bool = True):
@@ -52,6 +56,8 @@ class RecordingGrid:
             points = [(acc + (0, 0.01, -0.01)[spec.seed], cost * (1 + 0.05 * spec.seed)) for acc, cost in points]
             self.run_logger(self.uri, spec, *points[-1], cycles=points if spec.cycles else ())
         export_runs(self.uri, recipe.name, path)
+        if path.is_file():
+            tag_records(path, recipe.source)  # a grid's records say their study and role
         return GridResult(planned=len(specs), finished=specs if self.writes else [])
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cadence_harness.reading.report import build_report
+from cadence_harness.store_report import build_report
 
 
 def free_port() -> int:

@@ -11,10 +11,10 @@ from mlflow.tracking import MlflowClient
 
 from cadence.loggers import MLFlowLogger
 from cadence_harness import cli
-from cadence_harness.running import recipe
-from cadence_harness.running import run
 from cadence_harness.cli import main
-from cadence_harness.running.grid import check_arms, expand
+from cadence_harness.running import recipe, run
+from cadence_harness.running.grid import check_arms
+from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import load_recipe
 from cadence_harness.running.runspec import RunSpec
 

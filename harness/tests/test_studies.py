@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from cadence_harness.reading.cards import MARK_END, MARK_START
 from cadence_harness.cli import main
-from cadence_harness.running.grid import expand
+from cadence_harness.reading.cards import MARK_END, MARK_START
+from cadence_harness.running.bridge import export_runs
+from cadence_harness.running.membership import tag_records
+from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import Recipe, load_recipe
-from cadence_harness.records import export_runs
-from cadence_harness.reading.report import build_report
 from cadence_harness.running.runspec import RunSpec
+from cadence_harness.store_report import build_report
 
 GRID = Recipe(name="mixed", model="tv/resnet20", data="digits", duration="5ep", subset=5000, seeds=(0, 1, 2))
 
@@ -82,6 +83,7 @@ def test_cards_are_written_only_from_a_named_studys_records(
     run_logger(tracking_uri, RunSpec(smoke, ("count",), 0), 0.99, 1.0)
     run_logger(tracking_uri, RunSpec(smoke, (), 0), 0.10, 1.0)
     export_runs(tracking_uri, "tiny", records / "tiny.jsonl")
+    tag_records(records / "tiny.jsonl", path)  # as a grid tags its runs (run_logger logs them without one)
 
     root = tmp_path / "repo" / "packages" / "methods"
     for name in ("count", "other"):
@@ -146,6 +148,7 @@ def test_cards_from_several_studies_show_each_study_and_name_them_all(
         for spec in expand(load_recipe(str(path))):
             run_logger(tracking_uri, spec, 0.5 + 0.1 * len(spec.arm) + spec.seed / 100, 10.0 + spec.seed)
         export_runs(tracking_uri, name, records / f"{name}.jsonl")
+        tag_records(records / f"{name}.jsonl", path)  # as a grid tags its runs
         paths.append(str(path))
     for method in ("count", "other"):
         (root / method).mkdir(parents=True)
@@ -186,6 +189,7 @@ def test_a_study_keeps_the_combinations_its_recipe_search_added_with_the_recipes
     other = dataclasses.replace(combination[0].recipe, subset=4)  # the same arm with other settings
     run_logger(tracking_uri, RunSpec(other, ("count", "label_smoothing"), 0), 0.9, 1.0)
     export_runs(tracking_uri, "tiny", tmp_path / "runs" / "tiny.jsonl")
+    tag_records(tmp_path / "runs" / "tiny.jsonl", path)  # as a grid tags its runs
     name, kept, note = study_runs(path, tmp_path / "runs")
     assert name == "tiny" and "7 of the 8 runs" in note and "the other 1" in note
     assert sorted({r.arm for r in kept}) == ["baseline", "count", "count+label_smoothing"]
@@ -198,8 +202,8 @@ def test_a_study_keeps_the_baselines_cyclic_curve_made_with_its_settings(
     """`grid STUDY --curve cyclic --arms baseline` runs the baseline's cyclic curve, which the study's report
     checks against the sweep, and the recipe search screens combinations by cyclic runs: both belong to the
     study. A cyclic run of an arm of the recipe's own grid (a sweep) or with other settings stays out."""
-    from cadence_harness.running.budgets import cycles_of
     from cadence_harness.reading.study import study_runs
+    from cadence_harness.running.budgets import cycles_of
 
     sweep = {"seeds": 2, "duration": "2ep", "durations": ["1ep", "2ep"], "schedule": {"name": "cosine"}}
     path = tiny_recipe_file(**sweep, methods={"count": {}}, grid={"arms": ["baseline", "each"]})
@@ -215,6 +219,7 @@ def test_a_study_keeps_the_baselines_cyclic_curve_made_with_its_settings(
     other = dataclasses.replace(cyclic[0].recipe, subset=4)
     run_logger(tracking_uri, RunSpec(other, (), 0), 0.9, 1.0)
     export_runs(tracking_uri, "tiny", tmp_path / "runs" / "tiny.jsonl")
+    tag_records(tmp_path / "runs" / "tiny.jsonl", path)  # as a grid tags its runs
     _, kept, note = study_runs(path, tmp_path / "runs")
     assert "11 of the 14 runs" in note  # the sweep's 8, the baseline's 2 cyclic runs and the screen
     baseline_cyclic = {s.config_hash for s in cyclic if s.arm_name == "baseline"}

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from cadence_harness.running import grid as grid_module
-from cadence_harness.reading.cards import MARK_END, MARK_START
 from cadence_harness.cli import main
+from cadence_harness.reading.cards import MARK_END, MARK_START
+from cadence_harness.running import grid as grid_module
 from cadence_harness.running.run import execute
 
 SWEEP = {

@@ -10,9 +10,6 @@ import math
 import numpy as np
 import pytest
 
-from cadence_harness.running.budgets import budget_value
-from cadence_harness.records import RunRecord
-from cadence_harness.running.runspec import TAG
 from cadence_harness.reading.tradeoff import (
     Curve,
     Speedup,
@@ -23,6 +20,7 @@ from cadence_harness.reading.tradeoff import (
     pareto_points,
     verdict,
 )
+from cadence_harness.records import TAG, RunRecord, budget_value
 
 BUDGETS = ["1ep", "2ep", "4ep", "8ep"]
 

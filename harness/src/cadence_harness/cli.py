@@ -15,9 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from cadence import NotApplicableError
-from cadence_harness.running.data import check_data_dir
+from cadence_harness.reading.study import StudyError, studies_runs
+from cadence_harness.records import TAG, RecordError, default_records_dir, records_file
+from cadence_harness.running.bridge import export_runs
+from cadence_harness.running.budgets import leaf_recipes
+from cadence_harness.running.data import REPO_ROOT, check_data_dir
+from cadence_harness.running.grid import parse_shard, run_grid, select_shard
+from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value
-from cadence_harness.records import RecordError, default_records_dir
+from cadence_harness.running.runspec import RunSpec
+from cadence_harness.running.tracking import resolve_tracking_uri
+from cadence_harness.store_report import build_report
 
 __all__ = ["main"]
 
@@ -81,9 +89,7 @@ def _load(args: argparse.Namespace, methods: tuple[str, ...] = (), grid: dict[st
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from cadence_harness.running.budgets import leaf_recipes
     from cadence_harness.running.run import execute
-    from cadence_harness.running.runspec import TAG, RunSpec
 
     arm = method_names(_methods(args.methods))
     recipe = _load(args, arm)
@@ -113,7 +119,6 @@ def _grid_recipe(args: argparse.Namespace) -> Any:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from cadence_harness.running.grid import expand, parse_shard, run_grid, select_shard
     from cadence_harness.running.preflight import require_device
 
     if args.search:
@@ -159,7 +164,6 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 def _search(args: argparse.Namespace) -> int:
     """``grid STUDY --search``: the runs the study's recipe search waits for, round after round."""
-    from cadence_harness.running.grid import run_grid
     from cadence_harness.search_grid import run_search
 
     given = [f for f in ("methods", "arms", "combination", "set", "estimate", "no_records") if getattr(args, f)]
@@ -176,9 +180,7 @@ def _search(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from cadence_harness.reading.cards import write_cards, write_index
-    from cadence_harness.running.data import REPO_ROOT
-    from cadence_harness.reading.report import build_report, report_from_runs
-    from cadence_harness.reading.study import studies_runs
+    from cadence_harness.reading.report import report_from_runs
 
     if args.cards and not args.study:
         raise RecipeError(
@@ -210,9 +212,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from cadence_harness.records import export_runs, records_file
-    from cadence_harness.running.tracking import resolve_tracking_uri
-
     path = records_file(default_records_dir(args.records), args.experiment)
     added = export_runs(resolve_tracking_uri(args.tracking_uri), args.experiment, path)
     print(f"appended {len(added)} finished runs of {args.experiment!r} to {path}")
@@ -222,7 +221,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from cadence_harness.demo import run_demo
 
-    return run_demo(out_dir=args.out, tracking_uri=args.tracking_uri, data_dir=args.data_dir, rerun=args.rerun)
+    return run_demo(
+        run_grid=run_grid, out_dir=args.out, tracking_uri=args.tracking_uri, data_dir=args.data_dir, rerun=args.rerun
+    )
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
@@ -391,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_data_dir(getattr(args, "data_dir", None))
         return args.func(args)
-    except (RecipeError, NotApplicableError, RecordError) as error:  # refused before anything trained
+    except (RecipeError, NotApplicableError, RecordError, StudyError) as error:  # refused before anything trained
         print(f"cadence-bench {args.command}: {error}", file=sys.stderr)
         return 2
     except FileNotFoundError as error:  # a dataset that is not there: the message lists where we looked

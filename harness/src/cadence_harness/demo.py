@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cadence.registry import registry
 from cadence_harness.running.data import DataNotFoundError, find_dataset_files
-from cadence_harness.running.grid import run_grid
 from cadence_harness.running.recipe import Recipe, load_recipe
-from cadence_harness.reading.report import build_report
 from cadence_harness.running.tracking import resolve_tracking_uri
+from cadence_harness.store_report import build_report
 
 __all__ = ["PREFERRED_METHODS", "demo_recipe", "run_demo"]
 
@@ -65,11 +65,14 @@ def demo_recipe(data_dir: str | None = None) -> tuple[Recipe, str]:
 
 def run_demo(
     *,
+    run_grid: Callable[..., Any],
     out_dir: str | Path = "cadence_runs/demo",
     tracking_uri: str | None = None,
     data_dir: str | None = None,
     rerun: bool = False,
 ) -> int:
+    """Run the demo's grid with `run_grid` (`cadence_harness.running.grid.run_grid`, which the CLI passes, as it
+    does to the combination search), then print its report; 1 if a run failed."""
     uri = resolve_tracking_uri(tracking_uri)
     recipe, note = demo_recipe(data_dir)
     print(f"cadence-bench demo: {note}.")

@@ -4,44 +4,48 @@
 never changes once written and a diff shows only the runs that were added:
 
 * identity: ``experiment``, ``arm``, ``seed``, ``config_hash``, ``mlflow_run_id``, ``run_name`` and the ``cadence.*``
-  tags (group, baseline, curve and family hashes, budget, grid membership, the command);
+  tags (group, baseline, curve and family hashes, budget, grid membership, the command, and the
+  ``study`` and ``role`` a study's report filters on);
 * ``params``: every setting as MLflow holds it; ``machine`` (CPU/GPU name, threads, Python, driver)
   and ``versions`` (torch, cadence, ..., git sha), split off for reading;
 * ``final``: the run's final metrics, with the costs: ``train_s``, ``cpu_s`` (process CPU time),
   ``flops`` (training FLOPs), ``wall_s``, ``eval_s``;
 * ``evals``: each evaluation's step, accuracy (and a language model's perplexity), and the costs spent up to it.
 
-`cadence-bench report --records` builds every table and plot from these files alone (no MLflow);
-`cadence-bench grid` imports them into its MLflow store, a fresh one too, and skips what they hold;
-it appends each run it finishes. Two machines' files merge by concatenation: duplicate runs are
-read once, and of two runs of one configuration the newer counts.
+The records are the contract between the harness's two wings: the running wing
+(`cadence_harness.running`) writes them and the reading wing (`cadence_harness.reading`) reads
+nothing else; this module imports neither. `cadence-bench report --records` builds every table and
+plot from these files alone (no MLflow); `cadence-bench grid` imports them into its MLflow store
+(`cadence_harness.running.bridge`), a fresh one too, and skips what they hold; it appends each run
+it finishes, tagged with its study and role (`cadence_harness.running.membership`). Two machines'
+files merge by concatenation: duplicate runs are read once, and of two runs of one configuration
+the newer counts.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from cadence_harness.running.runspec import TAG
-from cadence_harness.running.tracking import client, search_runs
+from cadence.time import Time
 
 __all__ = [
     "EVAL_KEYS",
+    "TAG",
     "RecordError",
     "RunRecord",
+    "append_records",
+    "budget_value",
     "default_records_dir",
-    "export_runs",
-    "import_records",
     "latest_per_config",
-    "load_mlflow_records",
     "read_records",
     "records_file",
 ]
 
+TAG = "cadence."  # prefix of every tag the harness writes, and of a record's identity tags
 FORMAT = 1
 EVAL_KEYS = {  # the per-evaluation metrics a record keeps, by their short name
     "accuracy": "metrics/eval/MulticlassAccuracy",  # a language model's: next-token accuracy
@@ -210,6 +214,21 @@ def read_records(paths: Iterable[str | Path]) -> list[RunRecord]:
     return list(records.values())
 
 
+def append_records(path: str | Path, records: Iterable[RunRecord]) -> None:
+    """Append `records` to the record file `path` (created with its folder), one line each."""
+    lines = [record.to_json() + "\n" for record in records]
+    if lines:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(lines))
+
+
+def budget_value(duration: str) -> float:
+    """The number in a duration (``"16ep"`` -> 16): budgets of one recipe share a unit, so it orders them."""
+    return float(Time.from_input(duration).value)
+
+
 def latest_per_config(records: Iterable[RunRecord]) -> list[RunRecord]:
     """The newest run of each configuration hash: a configuration run twice counts once, never as two seeds."""
     newest: dict[str, RunRecord] = {}
@@ -218,103 +237,3 @@ def latest_per_config(records: Iterable[RunRecord]) -> list[RunRecord]:
         if kept is None or record.end_time > kept.end_time:
             newest[record.config_hash] = record
     return list(newest.values())
-
-
-# MLflow ------------------------------------------------------------------------------------
-def _evals(mlflow_client: Any, run: Any) -> tuple[dict[str, float], ...]:
-    """(step, accuracy, costs up to it) at each evaluation of a run, joined on the step."""
-    histories = {}
-    for name, key in EVAL_KEYS.items():
-        if key in run.data.metrics:
-            histories[name] = {m.step: m.value for m in mlflow_client.get_metric_history(run.info.run_id, key)}
-    accuracy = histories.get("accuracy", {})
-    points = []
-    for step in sorted(accuracy):
-        point = {"step": step, **{name: values[step] for name, values in histories.items() if step in values}}
-        points.append(point)
-    return tuple(points)
-
-
-def record_from_mlflow(mlflow_client: Any, run: Any, experiment: str, evals: bool = True) -> RunRecord:
-    return RunRecord(
-        run_id=run.info.run_id,
-        experiment=experiment,
-        tags=dict(run.data.tags),
-        params=dict(run.data.params),
-        metrics=dict(run.data.metrics),
-        evals=_evals(mlflow_client, run) if evals else (),
-        end_time=int(run.info.end_time or 0),
-        run_name=str(run.info.run_name or ""),
-    )
-
-
-def load_mlflow_records(mlflow_client: Any, experiments: Sequence[str]) -> list[RunRecord]:
-    """Every finished harness run of `experiments`, with its evaluations."""
-    records = []
-    for name in experiments:
-        records += [record_from_mlflow(mlflow_client, run, name) for run in search_runs(mlflow_client, [name])]
-    return records
-
-
-def export_runs(uri: str, experiment: str, path: str | Path, config_hashes: Sequence[str] | None = None) -> list[str]:
-    """Append the experiment's finished runs (of `config_hashes`, default all) that `path` lacks; returns their ids."""
-    path = Path(path)
-    known = {record.run_id for record in read_records([path])} if path.is_file() else set()
-    mlflow_client = client(uri)
-    wanted = None if config_hashes is None else set(config_hashes)
-    runs = [
-        run
-        for run in search_runs(mlflow_client, [experiment])
-        if (wanted is None or run.data.tags.get(f"{TAG}config_hash") in wanted)
-        and run.data.tags.get(f"{TAG}record_run_id", run.info.run_id) not in known
-    ]
-    runs.sort(key=lambda run: (run.info.end_time or 0, run.info.run_id))
-    lines = [record_from_mlflow(mlflow_client, run, experiment).to_json() for run in runs]
-    if lines:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write("".join(line + "\n" for line in lines))
-    return [run.info.run_id for run in runs]
-
-
-def _batches(items: list[Any], size: int) -> Iterable[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def import_records(uri: str, path: str | Path) -> list[str]:
-    """Create a FINISHED MLflow run for every record of `path` the store lacks; returns the new run ids.
-
-    A run is known by its original id: an imported run carries it in ``cadence.record_run_id``, so
-    importing twice, or exporting an imported run, adds nothing.
-    """
-    from mlflow.entities import Metric, Param
-
-    mlflow_client = client(uri)
-    records = latest_per_config(read_records([path]))
-    created = []
-    for experiment in sorted({record.experiment for record in records}):
-        existing = mlflow_client.get_experiment_by_name(experiment)
-        experiment_id = existing.experiment_id if existing is not None else mlflow_client.create_experiment(experiment)
-        runs = search_runs(mlflow_client, [experiment], status=None)
-        present = {run.info.run_id for run in runs} | {
-            run.data.tags[f"{TAG}record_run_id"] for run in runs if f"{TAG}record_run_id" in run.data.tags
-        }
-        for record in (r for r in records if r.experiment == experiment and r.run_id not in present):
-            tags = {**record.tags, f"{TAG}record_run_id": record.run_id, f"{TAG}imported_from": Path(path).name}
-            name = record.run_name or f"{record.arm}-s{record.seed}"
-            run = mlflow_client.create_run(experiment_id, run_name=name, tags=tags)
-            run_id = run.info.run_id
-            last = int(record.evals[-1]["step"]) if record.evals else 0
-            stamp = record.end_time or 0
-            metrics = [Metric(k, v, stamp, last) for k, v in record.metrics.items()]
-            for point in record.evals:
-                step = int(point["step"])
-                metrics += [Metric(EVAL_KEYS[k], float(v), stamp, step) for k, v in point.items() if k in EVAL_KEYS]
-            for chunk in _batches([Param(k, str(v)) for k, v in record.params.items()], 100):
-                mlflow_client.log_batch(run_id, params=chunk)
-            for chunk in _batches(metrics, 1000):
-                mlflow_client.log_batch(run_id, metrics=chunk)
-            mlflow_client.set_terminated(run_id, "FINISHED", end_time=record.end_time or None)
-            created.append(run_id)
-    return created

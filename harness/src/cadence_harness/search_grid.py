@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cadence_harness.running.recipe import Recipe, load_recipe
 from cadence_harness.reading.combination_search import Search, grid_command, section_searches
-from cadence_harness.records import RunRecord
-from cadence_harness.reading.report import sections_of
 from cadence_harness.reading.study import study_runs
+from cadence_harness.reading.summaries import sections_of
+from cadence_harness.records import RunRecord
+from cadence_harness.running.recipe import Recipe, load_recipe
 
 __all__ = ["missing_runs", "pending_runs", "run_search", "searches"]
 
@@ -34,7 +34,7 @@ def searches(runs: list[RunRecord]) -> list[Search]:
 
 def missing_runs(study: str, runs: list[RunRecord]) -> int:
     """How many runs of the study's own grid its runs (`study_runs`) lack."""
-    from cadence_harness.running.grid import expand
+    from cadence_harness.running.plan import expand
 
     done = {run.config_hash for run in runs}
     return sum(spec.config_hash not in done for spec in expand(load_recipe(study)))

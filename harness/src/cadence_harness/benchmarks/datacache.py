@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from cadence_harness.running import data
 from cadence_harness.benchmarks.machine import cpu_description
+from cadence_harness.running import data
 
 
 def pillow_decode(blob: np.ndarray, offsets: np.ndarray, count: int) -> torch.Tensor:

@@ -41,8 +41,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadence import Callback, Classifier, Trainer
-from cadence_harness.running import loaders
 from cadence_harness.benchmarks.machine import cpu_description
+from cadence_harness.running import loaders
 from cadence_harness.running.data import synthetic_images
 from cadence_harness.running.flops import FlopCounter
 from cadence_harness.running.timing import RunTimer

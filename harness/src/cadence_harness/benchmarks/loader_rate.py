@@ -27,10 +27,9 @@ from typing import Any
 
 import torch
 
-from cadence_harness.running import data as datasets
-from cadence_harness.running import loaders
-from cadence_harness.running import text_loaders
 from cadence_harness.benchmarks.machine import cpu_description
+from cadence_harness.running import data as datasets
+from cadence_harness.running import loaders, text_loaders
 
 IMAGE_GOAL, TEXT_GOAL = 50_000.0, 20_000.0
 IMAGE_BATCH, TEXT_BATCH, MAX_LENGTH, TOKENIZER_TEXTS = 512, 64, 64, 10_000

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from cadence_harness.reading.claims import claim_table, parse_claims
-from cadence_harness.running.recipe_checks import RecipeError
-from cadence_harness.reading.report import ArmSummary, Section
-from cadence_harness.reading.tables import describe, format_table, peak_note, recipe_markdown, tradeoff_markdown
+from cadence_harness.reading.combination_search import search_markdown
+from cadence_harness.reading.study import StudyError
+from cadence_harness.reading.summaries import ArmSummary, Section
+from cadence_harness.reading.tables import describe, format_table, peak_note, tradeoff_markdown
 from cadence_harness.reading.tradeoff import pareto_points, verdict
 
 __all__ = ["MARK_END", "MARK_START", "eligible_sections", "replace_results", "write_cards", "write_index"]
@@ -173,7 +174,7 @@ def write_cards(
     studies = _studies(study)
     for name in studies:  # every named study must have something to say, or no card changes
         if not any(s.summaries for s in eligible if s.experiment == name or len(studies) == 1):
-            raise RecipeError(
+            raise StudyError(
                 f"`--study` {name!r}: no arm of its runs has {min_seeds} seeds (--min-seeds) and a baseline with as "
                 f"many, so no card was changed; finish its grid (`cadence-bench grid {name}`) or lower --min-seeds"
             )
@@ -272,7 +273,7 @@ def write_index(
         if section.has_tradeoff:
             front = pareto_points(section.curves, "flops")
             lines += ["", "Pareto front (FLOPs): " + "; ".join(f"{a} at {b}" for a, b, _, _ in front)]
-            lines += ["", recipe_markdown(whole[(section.experiment, section.family_hash)])]
+            lines += ["", search_markdown(whole[(section.experiment, section.family_hash)])]
         if (index_dir / f"{prefix}-curves.png").is_file():
             lines += ["", f"![accuracy over training time]({prefix}-curves.png)"]
     index_path.write_text("\n".join(lines) + "\n", encoding="utf-8")

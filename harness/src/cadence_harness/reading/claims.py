@@ -41,9 +41,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cadence_harness.running.budgets import budget_value
-from cadence_harness.reading.report import ArmSummary, Section
+from cadence_harness.reading.summaries import ArmSummary, Section
 from cadence_harness.reading.tradeoff import COSTS
+from cadence_harness.records import budget_value
 
 __all__ = ["Claim", "Judgement", "claim_table", "judge", "parse_claims"]
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cadence_harness.reading.report import Section
+from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.tradeoff import COSTS, Curve, bootstrap_interval, cost_to_reach, paired_by_seed
 
 __all__ = [
@@ -312,3 +312,8 @@ def greedy_search(
 def section_searches(section: Section) -> list[Search]:
     """The search over `section` in each of `SEARCH_UNITS`, methods that cannot run together kept apart."""
     return [greedy_search(section, unit, registry_conflict) for unit in SEARCH_UNITS]
+
+
+def search_markdown(section: Section) -> str:
+    """The greedy search over the section's arms, in FLOPs and in time, as Markdown."""
+    return "\n\n".join(search.markdown() for search in section_searches(section))

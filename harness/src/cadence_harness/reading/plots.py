@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from cadence_harness.reading.tradeoff import COSTS, Curve, pareto_front, pareto_points
 
 if TYPE_CHECKING:
+    from cadence_harness.reading.summaries import ArmSummary
     from cadence_harness.records import RunRecord
-    from cadence_harness.reading.report import ArmSummary
 
 __all__ = ["plot_curves", "plot_pareto", "plot_tradeoff"]
 

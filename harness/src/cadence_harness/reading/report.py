@@ -1,276 +1,41 @@
-"""Reports: per-configuration tables with 95% intervals over seeds, tradeoff curves, speedups, plots.
-
-Runs are read from MLflow (`MlflowClient`) or from run records (``--records``, no MLflow needed;
-see `cadence_harness.records`). A report never pools different configurations:
-
-* runs are grouped by their whole configuration except the seed (``cadence.group_hash``); a
-  configuration that ran twice counts once, its newer run, never as two seeds;
-* the groups are split into sections by family (everything but the methods and the budget): one
-  section per study, whose header names only the settings every run of it shares (a second machine
-  is named with its run count); the budget, when it varies, is a column;
-* each arm is compared with the baseline of its own configuration on the same seeds, and its
-  tradeoff curve with the baseline's curve of its family (`cadence_harness.reading.tradeoff`).
-
-See `cadence_harness.reading.stats` for which interval is used where.
+"""Reports: per-configuration tables with 95% intervals over seeds, tradeoff curves, speedups, plots,
+written from run records alone (`cadence_harness.records`; the summaries are
+`cadence_harness.reading.summaries`). A report of runs in an MLflow store exports them to records
+first (`cadence_harness.store_report`).
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cadence_harness.running.budgets import budget_value
-from cadence_harness.reading.peaks import peak_fraction
-from cadence_harness.records import RunRecord, latest_per_config, load_mlflow_records, read_records
-from cadence_harness.reading.stats import Interval, log_t_interval, paired_bootstrap_ratio, paired_t_difference, t_interval
-from cadence_harness.running.tracking import client, harness_experiments
-from cadence_harness.reading.tradeoff import COSTS, Curve, Speedup, curves_from_records, matched_speedups, pareto_front
+from cadence_harness.reading.combination_search import search_markdown
+from cadence_harness.reading.plots import plot_curves, plot_pareto, plot_tradeoff
+from cadence_harness.reading.summaries import ArmSummary, Section, sections_of, summarize
+from cadence_harness.reading.tables import (
+    HOW_TO_READ_RATIOS,
+    describe,
+    format_table,
+    peak_note,
+    tradeoff_markdown,
+    write_csv,
+    write_tradeoff_csv,
+)
+from cadence_harness.reading.tradeoff import pareto_front
+from cadence_harness.records import RunRecord, read_records
 
 __all__ = [
     "ArmSummary",
     "Report",
     "RunRecord",
     "Section",
-    "build_report",
-    "load_records",
     "pareto_front",
+    "report_from_records",
     "report_from_runs",
     "sections_of",
     "summarize",
 ]
-
-SETTINGS = ("model", "data", "subset", "eval_subset", "duration", "batch_size", "precision", "device_name")
-
-
-@dataclass
-class ArmSummary:
-    """One configuration (an arm at one budget) over its seeds, compared with its baseline."""
-
-    experiment: str
-    arm: str
-    group_hash: str
-    seeds: list[int]
-    accuracy: Interval
-    train_s: Interval
-    wall_s: Interval
-    samples_per_s: Interval
-    peak_memory_mb: Interval
-    time_to_target: Interval
-    reached: int
-    target: float | None
-    cpu_s: Interval = field(default_factory=lambda: t_interval([]))
-    perplexity: Interval = field(default_factory=lambda: t_interval([]))  # language models only
-    flops: Interval = field(default_factory=lambda: t_interval([]))
-    flops_per_s: Interval = field(default_factory=lambda: t_interval([]))  # model FLOP/s: training FLOPs / train_s
-    peak_fraction: Interval = field(default_factory=lambda: t_interval([]))  # of the device's peak; n=0: unknown
-    budget: str = ""
-    cyclic: bool = False
-    family_hash: str = ""
-    accuracy_delta: Interval | None = None
-    speedup: Interval | None = None  # baseline time / arm time at the same budget
-    flops_ratio: Interval | None = None  # baseline FLOPs / arm FLOPs at the same budget
-    speedup_to_target: Interval | None = None
-    run_ids: list[str] = field(default_factory=list)
-    command: str = ""
-    params: dict[str, str] = field(default_factory=dict)
-    settings: dict[str, Counter[str]] = field(default_factory=dict)  # setting -> its values over the runs
-
-    @property
-    def n(self) -> int:
-        return len(self.seeds)
-
-    @property
-    def methods(self) -> list[str]:
-        return [] if self.arm == "baseline" else self.arm.split("+")
-
-    @property
-    def budget_label(self) -> str:
-        return f"{self.budget} (cyclic)" if self.cyclic else self.budget
-
-    @property
-    def label(self) -> str:
-        return self.arm
-
-
-def load_records(mlflow_client: object, experiments: Sequence[str] | None = None) -> list[RunRecord]:
-    """Every finished harness run of `experiments` (default: every experiment holding harness runs)."""
-    names = list(experiments) if experiments else harness_experiments(mlflow_client)
-    return load_mlflow_records(mlflow_client, names)
-
-
-def _metric(records: Sequence[RunRecord], key: str) -> list[float]:
-    return [r.metrics[key] for r in records if key in r.metrics and not math.isnan(r.metrics[key])]
-
-
-def _flop_rates(records: Sequence[RunRecord]) -> tuple[list[float], list[float]]:
-    """Each run's model FLOP/s, and its fraction of its device's peak: the latter only when every run's peak is
-    known (a mean over the runs that have one would describe other runs than the row's)."""
-    rates, fractions = [], []
-    for record in records:
-        flops, train_s = record.metrics.get("final/flops"), record.metrics.get("final/train_s")
-        if flops is None or not train_s or math.isnan(flops) or math.isnan(train_s) or train_s <= 0:
-            continue
-        rates.append(flops / train_s)
-        params = record.params
-        fractions.append(peak_fraction(rates[-1], params.get("device_name", ""), params.get("precision", "")))
-    known = [f for f in fractions if f is not None]
-    return rates, known if len(known) == len(fractions) else []
-
-
-def _target(records: Sequence[RunRecord]) -> float | None:
-    value = records[0].params.get("target_accuracy", "None")
-    return None if value in ("None", "") else float(value)
-
-
-def _summarize_group(records: list[RunRecord]) -> ArmSummary:
-    records = sorted(records, key=lambda r: r.seed)
-    first = records[0]
-    commands = Counter(r.command for r in records if r.command)
-    settings = {key: Counter(r.params.get(key, "None") for r in records) for key in SETTINGS}
-    rates, fractions = _flop_rates(records)
-    return ArmSummary(
-        experiment=first.experiment,
-        arm=first.arm,
-        group_hash=first.group_hash,
-        seeds=[r.seed for r in records],
-        accuracy=t_interval(_metric(records, "final/accuracy")),
-        train_s=log_t_interval(_metric(records, "final/train_s")),
-        wall_s=log_t_interval(_metric(records, "final/wall_s")),
-        samples_per_s=log_t_interval(_metric(records, "final/samples_per_s")),
-        peak_memory_mb=log_t_interval(_metric(records, "final/peak_memory_mb")),
-        time_to_target=log_t_interval(_metric(records, "final/time_to_target_s")),
-        reached=int(sum(_metric(records, "final/reached_target"))),
-        target=_target(records),
-        cpu_s=log_t_interval(_metric(records, "final/cpu_s")),
-        perplexity=log_t_interval(_metric(records, "final/perplexity")),
-        flops=log_t_interval(_metric(records, "final/flops")),
-        flops_per_s=log_t_interval(rates),
-        peak_fraction=log_t_interval(fractions),
-        budget=first.budget,
-        cyclic=bool(first.cycles),
-        family_hash=first.family_hash,
-        run_ids=[r.run_id for r in records],
-        command=commands.most_common(1)[0][0] if commands else "",
-        params=dict(first.params),
-        settings=settings,
-    )
-
-
-def _paired(arm: list[RunRecord], base: list[RunRecord], key: str) -> tuple[list[float], list[float]]:
-    """Values of `key` for the seeds both groups have (and both logged)."""
-    by_seed = {r.seed: r.metrics.get(key) for r in base}
-    pairs = [(r.metrics.get(key), by_seed.get(r.seed)) for r in arm]
-    kept = [(a, b) for a, b in pairs if a is not None and b is not None]
-    return [a for a, _ in kept], [b for _, b in kept]
-
-
-def _compare(summary: ArmSummary, arm: list[RunRecord], base: list[RunRecord]) -> None:
-    accuracy, base_accuracy = _paired(arm, base, "final/accuracy")
-    if accuracy:
-        summary.accuracy_delta = paired_t_difference(accuracy, base_accuracy)
-    for key, attribute in (("final/train_s", "speedup"), ("final/flops", "flops_ratio")):
-        cost, base_cost = _paired(arm, base, key)
-        if cost:
-            setattr(summary, attribute, paired_bootstrap_ratio(base_cost, cost))
-    reach, base_reach = _paired(arm, base, "final/time_to_target_s")
-    if reach:
-        summary.speedup_to_target = paired_bootstrap_ratio(base_reach, reach)
-
-
-def _order(summary: ArmSummary) -> tuple[object, ...]:
-    budget = budget_value(summary.budget) if summary.budget[:1].isdigit() else 0.0
-    return (summary.experiment, summary.arm != "baseline", len(summary.methods), summary.arm, summary.cyclic, budget)
-
-
-def summarize(records: Sequence[RunRecord]) -> list[ArmSummary]:
-    """One summary per configuration (arm and budget, seeds pooled), each compared with its baseline."""
-    groups: dict[str, list[RunRecord]] = defaultdict(list)
-    for record in latest_per_config(records):
-        groups[record.group_hash].append(record)
-    summaries = []
-    for group in groups.values():
-        summary = _summarize_group(group)
-        base = groups.get(group[0].baseline_hash)
-        if base is not None and summary.arm != "baseline":
-            _compare(summary, group, base)
-        summaries.append(summary)
-    return sorted(summaries, key=_order)
-
-
-# Sections: one per study (family) ----------------------------------------------------------
-@dataclass
-class Section:
-    """The runs of one family of one experiment: its summaries, curves and speedups at matched accuracy."""
-
-    experiment: str
-    family_hash: str
-    name: str  # the experiment, with what sets this family apart when the experiment holds several
-    summaries: list[ArmSummary]
-    records: list[RunRecord]
-    curves: list[Curve] = field(default_factory=list)
-    speedups: dict[tuple[str, str], list[Speedup]] = field(default_factory=dict)  # (curve hash, unit) -> per budget
-
-    @property
-    def has_tradeoff(self) -> bool:
-        return any(len(c.budgets) > 1 or c.cyclic for c in self.curves)
-
-    def baseline_curve(self, curve: Curve) -> Curve | None:
-        return next((c for c in self.curves if c.curve_hash == curve.baseline_curve_hash), None)
-
-    def sweep_curve(self, arm: str) -> Curve | None:
-        """The arm's curve over its budgets (not its cyclic one), if the section has it."""
-        return next((c for c in self.curves if c.arm == arm and not c.cyclic), None)
-
-    def cyclic_curve(self, arm: str) -> Curve | None:
-        """The arm's cyclic curve (one run per seed, its cycles ending at the budgets), if the section has it."""
-        return next((c for c in self.curves if c.arm == arm and c.cyclic), None)
-
-    def speedups_of(self, curve: Curve, unit: str) -> list[Speedup]:
-        """The curve's speedups at matched accuracy in `unit`, budget by budget (empty without a baseline)."""
-        return self.speedups.get((curve.curve_hash, unit), [])
-
-
-def _family_names(families: dict[str, list[ArmSummary]]) -> dict[str, str]:
-    """A short name for each family of one experiment: the settings in which it differs from the others."""
-    if len(families) < 2:
-        return dict.fromkeys(families, "")
-    values = {
-        f: {k: sorted({v for s in rows for v in s.settings.get(k, {})}) for k in SETTINGS}
-        for f, rows in families.items()
-    }
-    names = {}
-    for family, own in values.items():
-        differing = [
-            k for k in SETTINGS if k not in ("duration", "device_name") and any(v[k] != own[k] for v in values.values())
-        ]
-        names[family] = ", ".join(f"{k} {'/'.join(own[k])}" for k in differing) or f"configuration {family[:8]}"
-    return names
-
-
-def sections_of(records: Sequence[RunRecord], summaries: Sequence[ArmSummary] | None = None) -> list[Section]:
-    """The report's sections, each with its curves and the speedups of every arm's curve against its baseline's."""
-    kept = latest_per_config(records)
-    summaries = list(summaries) if summaries is not None else summarize(kept)
-    by_experiment: dict[str, dict[str, list[ArmSummary]]] = defaultdict(lambda: defaultdict(list))
-    for summary in summaries:
-        by_experiment[summary.experiment][summary.family_hash].append(summary)
-    sections = []
-    for experiment, families in by_experiment.items():
-        names = _family_names(families)
-        for family, rows in families.items():
-            runs = [r for r in kept if r.experiment == experiment and r.family_hash == family]
-            name = f"{experiment} ({names[family]})" if names[family] else experiment
-            section = Section(experiment, family, name, rows, runs, curves_from_records(runs))
-            for curve in section.curves:
-                base = section.baseline_curve(curve)
-                if base is not None and curve.arm != "baseline":
-                    for unit in COSTS:
-                        section.speedups[(curve.curve_hash, unit)] = matched_speedups(curve, base, unit)
-            sections.append(section)
-    return sections
 
 
 # The whole report --------------------------------------------------------------------------
@@ -289,9 +54,6 @@ def plot_prefix(section: Section, sections: Sequence[Section]) -> str:
 
 
 def write_plots(section: Section, sections: Sequence[Section], out: Path) -> list[Path]:
-    from cadence_harness.reading.plots import plot_curves, plot_pareto, plot_tradeoff
-    from cadence_harness.reading.tables import describe
-
     prefix, rows = plot_prefix(section, sections), section.summaries
     title = f"{section.name}: {describe(rows)}"
     files = [
@@ -303,23 +65,28 @@ def write_plots(section: Section, sections: Sequence[Section], out: Path) -> lis
     return files
 
 
-def build_report(
+def section_markdown(section: Section) -> str:
+    rows = section.summaries
+    parts = [f"## {section.name}", "", describe(rows), "", format_table(rows, throughput=True), ""]
+    parts += [HOW_TO_READ_RATIOS + " " + peak_note(rows), ""]
+    commands = sorted({s.command for s in rows if s.command})
+    parts += [f"Reproduce: `{command}`\n" for command in commands]
+    if section.has_tradeoff:
+        parts.append(tradeoff_markdown(section))
+        parts += ["", search_markdown(section)]
+    return "\n".join(parts)
+
+
+def report_from_records(
+    records: Sequence[str | Path],
     experiments: Sequence[str] | None = None,
     *,
-    tracking_uri: str | None = None,
-    records: Sequence[str | Path] | None = None,
     out_dir: str | Path = "cadence_runs/report",
     plots: bool = True,
 ) -> Report:
-    """Tables (Markdown and CSV) and plots for every experiment, written under `out_dir`.
-
-    The runs come from the run-record files or folders `records` when given (MLflow is not
-    touched), else from the MLflow store at `tracking_uri`.
-    """
-    if records is not None:
-        runs = [r for r in read_records(records) if not experiments or r.experiment in experiments]
-    else:
-        runs = load_records(client(tracking_uri), experiments)
+    """Tables (Markdown and CSV) and plots of the runs in the record files or folders `records` (of
+    `experiments` only, when given), written under `out_dir`."""
+    runs = [r for r in read_records(records) if not experiments or r.experiment in experiments]
     return report_from_runs(runs, out_dir=out_dir, plots=plots)
 
 
@@ -327,8 +94,6 @@ def report_from_runs(
     runs: Sequence[RunRecord], *, out_dir: str | Path = "cadence_runs/report", plots: bool = True
 ) -> Report:
     """The report of `runs`, wherever they were read from."""
-    from cadence_harness.reading.tables import section_markdown, write_csv, write_tradeoff_csv
-
     summaries = summarize(runs)
     sections = sections_of(runs, summaries)
     out = Path(out_dir)

@@ -19,13 +19,12 @@ from cadence_harness.reading.stats import Interval
 from cadence_harness.reading.tradeoff import COSTS, cyclic_checks, pareto_points, verdict
 
 if TYPE_CHECKING:
-    from cadence_harness.reading.report import ArmSummary, Section
+    from cadence_harness.reading.summaries import ArmSummary, Section
 
 __all__ = [
     "describe",
     "format_table",
     "peak_note",
-    "section_markdown",
     "tradeoff_markdown",
     "write_csv",
     "write_tradeoff_csv",
@@ -258,25 +257,6 @@ def tradeoff_markdown(section: Section) -> str:
     if check is not None:
         lines += ["", "### The cyclic curve against the sweep", "", check.format()]
     return "\n".join(lines) + "\n"
-
-
-def section_markdown(section: Section) -> str:
-    rows = section.summaries
-    parts = [f"## {section.name}", "", describe(rows), "", format_table(rows, throughput=True), ""]
-    parts += [HOW_TO_READ_RATIOS + " " + peak_note(rows), ""]
-    commands = sorted({s.command for s in rows if s.command})
-    parts += [f"Reproduce: `{command}`\n" for command in commands]
-    if section.has_tradeoff:
-        parts.append(tradeoff_markdown(section))
-        parts += ["", recipe_markdown(section)]
-    return "\n".join(parts)
-
-
-def recipe_markdown(section: Section) -> str:
-    """The greedy recipe search over the section's arms, in FLOPs and in time (`cadence_harness.reading.combination_search`)."""
-    from cadence_harness.reading.combination_search import section_searches
-
-    return "\n\n".join(search.markdown() for search in section_searches(section))
 
 
 # CSV -------------------------------------------------------------------------------------------

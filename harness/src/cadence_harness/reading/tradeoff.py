@@ -33,9 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cadence_harness.running.budgets import budget_value
-from cadence_harness.records import RunRecord
 from cadence_harness.reading.stats import Interval, log_t_interval, paired_t_difference, t_interval
+from cadence_harness.records import RunRecord, budget_value
 
 __all__ = [
     "COSTS",

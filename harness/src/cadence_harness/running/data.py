@@ -24,15 +24,13 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from cadence_harness.running.recipe_checks import RecipeError, did_you_mean
+from cadence_harness.running.recipe_checks import RecipeError, check_dataset
 
 __all__ = [
-    "DATASETS",
     "DataNotFoundError",
     "ImageData",
     "TextData",
     "check_data_dir",
-    "check_dataset",
     "decode_jpegs",
     "load_dataset",
     "replace_when_complete",
@@ -326,22 +324,6 @@ def synthetic_text(num_train: int = 256, num_test: int = 64) -> TextData:
         return texts, torch.from_numpy(labels.astype(np.int64))
 
     return TextData(*split(num_train), *split(num_test), num_classes=2, source="synthetic_text (smoke tests)")
-
-
-DATASETS: dict[str, str] = {
-    "cifar10": "image",
-    "fashion_mnist": "image",
-    "digits": "image",
-    "synthetic": "image",
-    "sst2": "text",
-    "synthetic_text": "text",
-}
-
-
-def check_dataset(name: str) -> None:
-    if name not in DATASETS:
-        hint = did_you_mean(name, DATASETS)
-        raise ValueError(f"`data` = {name!r}: unknown dataset; {hint}known: {', '.join(sorted(DATASETS))}")
 
 
 def _subset(data: ImageData | TextData, subset: int | None, eval_subset: int | None) -> ImageData | TextData:

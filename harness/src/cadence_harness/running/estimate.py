@@ -28,9 +28,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from cadence.time import Time, TimeUnit
+from cadence_harness.records import read_records, records_file
 from cadence_harness.running.budgets import cycles_of
 from cadence_harness.running.recipe import OPTIMIZERS, Recipe
-from cadence_harness.records import read_records, records_file
 from cadence_harness.running.reference import Costs, Reference, reference_from_records
 from cadence_harness.running.runspec import RunSpec
 

@@ -17,7 +17,6 @@ the batch the same).
 
 from __future__ import annotations
 
-import itertools
 import shlex
 import sys
 import time
@@ -27,58 +26,19 @@ from pathlib import Path
 
 import torch
 
-from cadence_harness.running.budgets import leaf_recipes
+from cadence_harness.records import TAG, records_file
+from cadence_harness.running.bridge import export_runs, import_records
+from cadence_harness.running.membership import StudyMembership
+from cadence_harness.running.plan import expand
 from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
 from cadence_harness.running.recipe import Recipe, RecipeError
-from cadence_harness.records import export_runs, import_records, records_file
 from cadence_harness.running.runners import run_one_in_process, run_one_in_subprocess, warm_up_process
-from cadence_harness.running.runspec import TAG, RunSpec, config_hash
+from cadence_harness.running.runspec import RunSpec, config_hash
 from cadence_harness.running.tracking import finished_config_hashes, resolve_tracking_uri
 
-__all__ = ["GridResult", "check_arms", "expand", "parse_shard", "run_grid", "select_shard"]
+__all__ = ["GridResult", "check_arms", "parse_shard", "run_grid", "select_shard"]
 
 _NOT_STARTED = "not started: the grid's time limit had passed"
-
-
-def _arms(recipe: Recipe) -> list[tuple[str, ...]]:
-    methods = recipe.grid_methods
-    arms: list[tuple[str, ...]] = []
-    for kind in recipe.grid.get("arms", []):
-        if kind == "baseline":
-            arms.append(())
-        elif kind == "each":
-            arms += [(m,) for m in methods]
-        elif kind == "leave_one_out" and len(methods) > 1:
-            arms += [tuple(x for x in methods if x != m) for m in methods]
-        elif kind == "pairs":
-            arms += list(itertools.combinations(methods, 2))
-        elif kind == "all" and methods:
-            arms.append(tuple(methods))
-    arms += [tuple(combo) for combo in recipe.grid.get("combinations", [])]
-    unique: dict[tuple[str, ...], tuple[str, ...]] = {}
-    for arm in arms:  # the same set of methods once, in the order first listed
-        unique.setdefault(tuple(sorted(arm)), arm)
-    return list(unique.values())
-
-
-def expand(recipe: Recipe) -> list[RunSpec]:
-    """Every run of the grid, interleaved: seed by seed and, within a seed, budget by budget, each arm in turn.
-
-    A grid runs them in this order (one at a time by default), so a slow or busy stretch of a shared
-    machine falls on every arm alike instead of on the arms that happened to run then, and a partial
-    grid is already comparable (all arms of seed 0 first). For a cyclic curve: every arm's cyclic run,
-    then the baseline's sweep, seed by seed.
-    """
-    arms = _arms(recipe)
-    leaves = {arm: leaf_recipes(recipe, arm) for arm in arms}
-    depth = max((len(runs) for runs in leaves.values()), default=0)
-    return [
-        RunSpec(leaves[arm][step][1], arm, seed, leaves[arm][step][0])
-        for seed in recipe.seeds
-        for step in range(depth)
-        for arm in arms
-        if step < len(leaves[arm])
-    ]
 
 
 def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None, download: bool = False) -> None:
@@ -197,6 +157,7 @@ def run_grid(
     check_arms(recipe, mine, data_dir, download)  # before anything is written anywhere
     uri = resolve_tracking_uri(tracking_uri)
     tags = grid_tags(recipe, specs, command or shlex.join(["cadence-bench", *sys.argv[1:]]))
+    membership = StudyMembership(recipe.source or recipe.name)  # each record says if, and how, it is in the study
     records = records_file(records_dir, recipe.name) if records_dir is not None else None
     if records is not None and records.is_file():
         imported = import_records(uri, records)
@@ -221,13 +182,14 @@ def run_grid(
         if deadline is not None and time.monotonic() > deadline:
             return spec, _NOT_STARTED, 0.0
         started = time.perf_counter()
+        run_tags = {**tags, **membership.tags(spec.config_hash, spec.arm_name)}
         if isolate:
             reason = run_one_in_subprocess(
-                spec, uri=uri, log_dir=Path(log_dir), tags=tags, data_dir=data_dir, download=download,
+                spec, uri=uri, log_dir=Path(log_dir), tags=run_tags, data_dir=data_dir, download=download,
                 timeout_s=timeout_s,
             )  # fmt: skip
         else:
-            reason = run_one_in_process(spec, uri=uri, tags=tags, data_dir=data_dir, download=download)
+            reason = run_one_in_process(spec, uri=uri, tags=run_tags, data_dir=data_dir, download=download)
         return spec, reason, time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:

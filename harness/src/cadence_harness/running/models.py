@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from cadence.models import Classifier
+from cadence_harness.running.recipe_checks import DATASETS
 
 __all__ = [
     "Normalize",
@@ -71,8 +72,6 @@ def _suggest(prefix: str, arch: str, known: Sequence[str]) -> str:
 
 def check_model(name: str, data: str | None = None, task: str = "classification") -> None:
     """Raise ValueError naming the problem if `name` cannot be built (or does not fit `data` or `task`)."""
-    from cadence_harness.running.data import DATASETS
-
     prefix, arch = family(name)
     if prefix == "tv":
         known = [*CIFAR_RESNETS, *_torchvision_names()]

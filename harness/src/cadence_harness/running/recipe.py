@@ -40,14 +40,16 @@ from typing import Any
 from cadence import Algorithm
 from cadence.registry import MethodInfo, canonical_name, registry
 from cadence.time import TimeUnit
-from cadence_harness.running.budgets import check_budgets, check_decays
 from cadence_harness.running.optimizer import check_harness_keys
 from cadence_harness.running.recipe_checks import (
     OPTIMIZERS,
     SCHEDULES,
     TABLES,
     RecipeError,
+    check_budgets,
     check_choice,
+    check_dataset,
+    check_decays,
     check_kwargs,
     check_optimizer,
     check_schedule,
@@ -97,7 +99,7 @@ class Recipe:
     data: str
     duration: str
     batch_size: int = 128
-    durations: tuple[str, ...] = ()  # a sweep of budgets (see `cadence_harness.running.budgets`); `duration` is the last
+    durations: tuple[str, ...] = ()  # a sweep of budgets (see `budgets`); `duration` is the last of them
     curve: str = "sweep"  # or "cyclic": one run per arm and seed, its cycles ending at the budgets
     description: str = ""
     model_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -251,7 +253,6 @@ def _resolve_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
 
 def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
     """Validate a recipe given as a dict (a parsed TOML/YAML file, after overrides)."""
-    from cadence_harness.running.data import check_dataset
     from cadence_harness.running.models import check_model
 
     for key in values:

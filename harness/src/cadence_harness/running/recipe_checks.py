@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from cadence.time import Time, TimeUnit
 
 __all__ = [
     "AUGMENTS",
+    "DATASETS",
     "LOADERS",
     "OPTIMIZERS",
     "OPTIMIZER_EXTRAS",
@@ -26,6 +28,7 @@ __all__ = [
     "TABLES",
     "RecipeError",
     "check_choice",
+    "check_dataset",
     "check_int",
     "check_kwargs",
     "check_optimizer",
@@ -215,3 +218,86 @@ def normalise_seeds(value: Any) -> tuple[int, ...]:
             raise fail("seeds", value, "seeds must be distinct")
         return tuple(value)
     raise fail("seeds", value, "give a count (3) or a list of distinct non-negative ints ([0, 1, 2])")
+
+
+# Budgets: a sweep of durations or a cyclic curve (run by `cadence_harness.running.budgets`) --------
+CURVES = ("sweep", "cyclic")
+SCHEDULE_TIMES = ("t_max", "t_warmup", "milestones")  # the schedule arguments that are times
+
+
+def check_budgets(values: dict[str, Any]) -> tuple[str, ...]:
+    """Check ``durations`` and ``curve`` of a recipe's values, and fill in ``duration`` from them.
+
+    Returns the budgets (empty when the recipe has one ``duration``). Raises `RecipeError` naming the key.
+    """
+    durations = values.get("durations", [])
+    curve = values.get("curve", "sweep")
+    if curve not in CURVES:
+        raise fail("curve", curve, f"must be one of {', '.join(map(repr, CURVES))}")
+    if not isinstance(durations, (list, tuple)) or not all(isinstance(d, str) for d in durations):
+        raise fail("durations", durations, "must be a list of budgets, e.g. ['2ep', '4ep', '8ep', '16ep']")
+    if not durations:
+        if curve == "cyclic":
+            raise fail("curve", curve, "a cyclic curve needs `durations`: the budgets where its cycles end")
+        return ()
+    times = [check_time(f"durations[{i}]", d, (TimeUnit.EPOCH, TimeUnit.BATCH)) for i, d in enumerate(durations)]
+    if len(times) < 2:
+        raise fail("durations", list(durations), "a curve needs at least two budgets; for one, write `duration`")
+    if len({t.unit for t in times}) > 1:
+        raise fail("durations", list(durations), "give every budget in one unit (all ep or all ba)")
+    if any(b.value <= a.value for a, b in itertools.pairwise(times)):
+        raise fail("durations", list(durations), "budgets must increase, e.g. ['2ep', '4ep', '8ep']")
+    if "duration" in values and values["duration"] != durations[-1]:
+        raise fail(
+            "duration",
+            values["duration"],
+            f"the recipe also gives `durations` = {list(durations)!r}: give one budget (`duration`) or a sweep "
+            "(`durations`); on the command line --duration replaces the sweep",
+        )
+    values["duration"] = durations[-1]
+    return tuple(durations)
+
+
+def check_decays(schedule: dict[str, Any]) -> None:
+    """With several budgets, the schedule must decay fully within each run: its times are fractions of the run."""
+    name = schedule.get("name", "constant")
+    if SCHEDULES.get(name) is None:
+        decaying = ", ".join(n for n, cls in SCHEDULES.items() if cls is not None)
+        raise fail(
+            "schedule.name",
+            name,
+            f"with `durations`, the learning rate must decay by the end of every budget; use one of {decaying}",
+        )
+    for key in SCHEDULE_TIMES:
+        if key not in schedule:
+            continue
+        given = schedule[key]
+        for value in given if isinstance(given, list) else [given]:
+            try:
+                unit = Time.from_input(value, TimeUnit.BATCH).unit
+            except (TypeError, ValueError):
+                continue  # the scheduler's own check names it
+            if unit is not TimeUnit.DURATION:
+                raise fail(
+                    f"schedule.{key}",
+                    given,
+                    "with `durations`, every schedule time is a fraction of the run ('1dur', '0.1dur'), so that "
+                    "each budget's schedule ends where its run ends",
+                )
+
+
+# Datasets: their names and kinds (the loaders are `cadence_harness.running.data`) -------------------
+DATASETS: dict[str, str] = {
+    "cifar10": "image",
+    "fashion_mnist": "image",
+    "digits": "image",
+    "synthetic": "image",
+    "sst2": "text",
+    "synthetic_text": "text",
+}
+
+
+def check_dataset(name: str) -> None:
+    if name not in DATASETS:
+        hint = did_you_mean(name, DATASETS)
+        raise ValueError(f"`data` = {name!r}: unknown dataset; {hint}known: {', '.join(sorted(DATASETS))}")

@@ -25,9 +25,7 @@ import cadence
 from cadence import Algorithm
 from cadence.termination import RunTerminated
 from cadence_harness.running import data as datasets
-from cadence_harness.running import loaders
-from cadence_harness.running import resident
-from cadence_harness.running import text_loaders
+from cadence_harness.running import loaders, resident, text_loaders
 from cadence_harness.running.budgets import CycleEnds, build_schedulers, cycles_of
 from cadence_harness.running.flops import FlopCounter
 from cadence_harness.running.models import build_image_model, build_text_model, build_tokenizer
@@ -38,7 +36,7 @@ from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.timing import RunTimer
 
 __all__ = [
-    "RunData",
+    "RunLoaders",
     "RunResult",
     "build_algorithms",
     "build_data",
@@ -167,7 +165,7 @@ def params_of(spec: RunSpec, algorithms: list[Algorithm]) -> dict[str, Any]:
 
 # Building the run -----------------------------------------------------------------------
 @dataclass
-class RunData:
+class RunLoaders:
     """What a run trains and evaluates on: the two loaders, the dataset behind them, and for text the
     tokenizer the model must share."""
 
@@ -177,7 +175,7 @@ class RunData:
     tokenizer: Any = None
 
 
-def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | None, download: bool) -> RunData:
+def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | None, download: bool) -> RunLoaders:
     """The recipe's dataset and its loaders: image batches ``(images, labels)``, text batches dicts."""
     dataset = resident.load_dataset(
         recipe.data, data_dir=data_dir, subset=recipe.subset, eval_subset=recipe.eval_subset, download=download
@@ -194,7 +192,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
                     (dataset.test_text, eval_batch_size, False),
                 )
             )
-            return RunData(train, evaluate, dataset, tokenizer)
+            return RunLoaders(train, evaluate, dataset, tokenizer)
         train, evaluate = (
             _text_loader(tokenizer, texts, labels, recipe, device, seed, batch_size, train)
             for texts, labels, batch_size, train in (
@@ -202,7 +200,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
                 (dataset.test_text, dataset.test_y, eval_batch_size, False),
             )
         )
-        return RunData(train, evaluate, dataset, tokenizer)
+        return RunLoaders(train, evaluate, dataset, tokenizer)
     if recipe.loader == "dataloader":
         train = loaders.image_dataloader(
             dataset.train_x,
@@ -215,7 +213,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
         evaluate = loaders.image_dataloader(
             dataset.test_x, dataset.test_y, batch_size=eval_batch_size, train=False, augment="none", num_workers=0
         )
-        return RunData(train, evaluate, dataset)
+        return RunLoaders(train, evaluate, dataset)
     augment = loaders.make_augment(recipe.augment, int(dataset.train_x.shape[-1]), seed)
     common = {"seed": seed, "channels_last": recipe.channels_last}
     train = loaders.TensorLoader(
@@ -232,7 +230,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
         shuffle=False,
         **common,
     )
-    return RunData(train, evaluate, dataset)
+    return RunLoaders(train, evaluate, dataset)
 
 
 def _text_loader(
@@ -259,7 +257,7 @@ def _language_loader(
     )
 
 
-def build_model(recipe: Recipe, data: RunData) -> Any:
+def build_model(recipe: Recipe, data: RunLoaders) -> Any:
     """The recipe's model, shaped for `data` (classes, channels and statistics of images; the tokenizer of text)."""
     dataset = data.dataset
     if isinstance(dataset, datasets.TextData):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from cadence_harness.running.runspec import TAG, RunSpec
+from cadence_harness.records import TAG
+from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.tracking import mark_failed
 
 __all__ = ["OOM_EXIT_CODE", "run_one_in_process", "run_one_in_subprocess", "run_worker", "warm_up_process"]

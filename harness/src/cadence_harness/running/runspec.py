@@ -16,11 +16,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from cadence_harness.records import TAG
 from cadence_harness.running.recipe import Recipe
 
-__all__ = ["TAG", "RunSpec", "arm_name", "config_hash"]
+__all__ = ["RunSpec", "arm_name", "config_hash"]
 
-TAG = "cadence."  # prefix of every tag the harness writes
 _NOT_IDENTITY = ("name", "description", "source", "seeds", "grid", "methods", "durations", "curve")
 
 

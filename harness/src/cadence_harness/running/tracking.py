@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cadence_harness.running.runspec import TAG
+from cadence_harness.records import TAG
 
 __all__ = ["client", "finished_config_hashes", "mark_failed", "resolve_tracking_uri", "search_runs"]
 

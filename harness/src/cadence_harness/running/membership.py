@@ -1,0 +1,116 @@
+"""Which study a run belongs to, and in which role, decided when the run is written (not when it is read).
+
+A study is the grid of a shipped recipe run with the recipe's own settings. A run of recipe NAME
+belongs to the study NAME when its configuration (its config hash) is one of:
+
+* ``own``: a run of the recipe's own grid;
+* ``added``: an arm added to that grid (``grid NAME --combination a+b``: the combinations the
+  combination search asks for, as a sweep or, to screen them in a sweep study, as a cyclic curve);
+* ``cyclic_baseline``: the baseline's cyclic curve in a sweep study (``grid NAME --curve cyclic
+  --arms baseline --set grid.combinations=[]``), which the report checks against the sweep.
+
+Any other run of the same experiment (a smoke run with ``--set subset=...``, a run of an older version
+of the recipe) carries no study, and a report of the study leaves it out. The grid tags each run with
+``cadence.study`` and ``cadence.role``; the reading wing filters on them and never re-expands a grid,
+so a report is the same on a machine without the method packages the grid used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from cadence_harness.records import TAG, RunRecord, read_records
+from cadence_harness.running.budgets import cycles_of
+from cadence_harness.running.plan import expand
+from cadence_harness.running.recipe import Recipe, RecipeError, load_recipe
+
+__all__ = ["ROLES", "StudyMembership", "tag_records"]
+
+ROLES = ("own", "added", "cyclic_baseline")
+
+
+class StudyMembership:
+    """The roles of configurations in the study of the recipe `source` (a shipped recipe's name or a recipe file,
+    loaded with its own settings); the study is named after the recipe. Arms outside its own grid are priced
+    when first asked for (each needs the recipe reloaded with the arm added)."""
+
+    def __init__(self, source: str | Path) -> None:
+        self.source = str(source)
+        try:
+            self._recipe: Recipe | None = load_recipe(self.source)
+        except RecipeError:
+            self._recipe = None  # not a recipe one can load again (a dict, a file that is gone): no study
+        self.study = self._recipe.name if self._recipe is not None else ""
+        self._roles: dict[str, str] = {}
+        self._priced: set[str] = set()
+        if self._recipe is not None:
+            own = expand(self._recipe)
+            self._priced = {spec.arm_name for spec in own}
+            self._roles = dict.fromkeys((spec.config_hash for spec in own), "own")
+            for config in self._cyclic_baseline():
+                self._roles.setdefault(config, "cyclic_baseline")
+
+    def role(self, config_hash: str, arm: str) -> str | None:
+        """The role of the run with this configuration (of arm `arm`) in the study, or None if it is not in it."""
+        if self._recipe is None:
+            return None
+        if arm not in self._priced:
+            self._priced.add(arm)
+            for config in self._added_arm(arm):
+                self._roles.setdefault(config, "added")
+        return self._roles.get(config_hash)
+
+    def tags(self, config_hash: str, arm: str) -> dict[str, str]:
+        """``cadence.study`` and ``cadence.role`` for a run in the study; nothing for a run outside it."""
+        role = self.role(config_hash, arm)
+        return {} if role is None else {f"{TAG}study": self.study, f"{TAG}role": role}
+
+    def _sweeps(self) -> bool:
+        """Whether the curves are duration sweeps, beside which cyclic runs check (the baseline's) or screen
+        (the combination search's) them."""
+        return self._recipe is not None and bool(self._recipe.durations) and self._recipe.curve != "cyclic"
+
+    def _cyclic_baseline(self) -> set[str]:
+        if not self._sweeps():
+            return set()
+        cyclic = load_recipe(self.source, {"curve": "cyclic"}, grid={"arms": ["baseline"], "combinations": []})
+        return {spec.config_hash for spec in expand(cyclic) if cycles_of(spec.recipe)}
+
+    def _added_arm(self, arm: str) -> set[str]:
+        """The configurations of `arm` run with the recipe's settings, as ``grid STUDY --combination ARM`` runs
+        them (in a sweep study also as a cyclic curve); an arm the recipe cannot run adds nothing."""
+        hashes: set[str] = set()
+        for overrides in [{}, {"curve": "cyclic"}] if self._sweeps() else [{}]:
+            try:
+                added = load_recipe(
+                    self.source, overrides, grid={"arms": ["baseline"], "combinations": [arm.split("+")]}
+                )
+            except RecipeError:
+                break
+            hashes |= {spec.config_hash for spec in expand(added) if spec.arm_name == arm}
+        return hashes
+
+
+def tag_records(path: str | Path, recipe: str | Path | None = None) -> tuple[int, int]:
+    """Add ``cadence.study``/``cadence.role`` to the records in `path` that lack them (written before runs
+    carried them, or logged to MLflow by other means than a grid) for the study of `recipe` (default: the
+    shipped recipe named like the file); returns (records tagged now, records in the file). Records that
+    carry a study, and runs outside the study, are left as they are; the file is rewritten in its order."""
+    path = Path(path)
+    membership = StudyMembership(recipe if recipe is not None else path.stem)
+    records = read_records([path])
+    tagged = list(_tagged(records, membership))
+    changed = sum(1 for old, new in zip(records, tagged) if new is not old)
+    if changed:
+        path.write_text("".join(record.to_json() + "\n" for record in tagged), encoding="utf-8")
+    return changed, len(records)
+
+
+def _tagged(records: Iterable[RunRecord], membership: StudyMembership) -> Iterable[RunRecord]:
+    for record in records:
+        tags = membership.tags(record.config_hash, record.arm) if not record.tag("study") else {}
+        yield (
+            replace(record, tags={**record.tags, **tags}) if tags and record.experiment == membership.study else record
+        )

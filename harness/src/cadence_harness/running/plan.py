@@ -1,0 +1,53 @@
+"""A recipe's grid as its runs: the arms (`Recipe.grid`) times the budgets (`cadence_harness.running.budgets`)
+times the seeds, in the order a grid runs them."""
+
+from __future__ import annotations
+
+import itertools
+
+from cadence_harness.running.budgets import leaf_recipes
+from cadence_harness.running.recipe import Recipe
+from cadence_harness.running.runspec import RunSpec
+
+__all__ = ["expand"]
+
+
+def _arms(recipe: Recipe) -> list[tuple[str, ...]]:
+    methods = recipe.grid_methods
+    arms: list[tuple[str, ...]] = []
+    for kind in recipe.grid.get("arms", []):
+        if kind == "baseline":
+            arms.append(())
+        elif kind == "each":
+            arms += [(m,) for m in methods]
+        elif kind == "leave_one_out" and len(methods) > 1:
+            arms += [tuple(x for x in methods if x != m) for m in methods]
+        elif kind == "pairs":
+            arms += list(itertools.combinations(methods, 2))
+        elif kind == "all" and methods:
+            arms.append(tuple(methods))
+    arms += [tuple(combo) for combo in recipe.grid.get("combinations", [])]
+    unique: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for arm in arms:  # the same set of methods once, in the order first listed
+        unique.setdefault(tuple(sorted(arm)), arm)
+    return list(unique.values())
+
+
+def expand(recipe: Recipe) -> list[RunSpec]:
+    """Every run of the grid, interleaved: seed by seed and, within a seed, budget by budget, each arm in turn.
+
+    A grid runs them in this order (one at a time by default), so a slow or busy stretch of a shared
+    machine falls on every arm alike instead of on the arms that happened to run then, and a partial
+    grid is already comparable (all arms of seed 0 first). For a cyclic curve: every arm's cyclic run,
+    then the baseline's sweep, seed by seed.
+    """
+    arms = _arms(recipe)
+    leaves = {arm: leaf_recipes(recipe, arm) for arm in arms}
+    depth = max((len(runs) for runs in leaves.values()), default=0)
+    return [
+        RunSpec(leaves[arm][step][1], arm, seed, leaves[arm][step][0])
+        for seed in recipe.seeds
+        for step in range(depth)
+        for arm in arms
+        if step < len(leaves[arm])
+    ]
