@@ -12,6 +12,7 @@ import pytest
 
 from cadence_harness.cli import main
 from cadence_harness.reading.cards import MARK_END, MARK_START
+from cadence_harness.records import read_records
 from cadence_harness.running.bridge import export_runs
 from cadence_harness.running.membership import tag_records
 from cadence_harness.running.plan import expand
@@ -225,3 +226,19 @@ def test_a_study_keeps_the_baselines_cyclic_curve_made_with_its_settings(
     baseline_cyclic = {s.config_hash for s in cyclic if s.arm_name == "baseline"}
     own = {s.config_hash for s in expand(recipe)}
     assert {r.config_hash for r in kept} == own | baseline_cyclic | {screen[0].config_hash}
+
+
+def test_records_are_tagged_with_their_study_once_and_runs_outside_it_stay_untagged(
+    tmp_path: Path, tracking_uri: str, run_logger: Any, counted: list[int], tiny_recipe_file: Any
+) -> None:
+    path, recipe = _study(tmp_path, tiny_recipe_file)
+    for spec in expand(recipe):
+        run_logger(tracking_uri, spec, 0.5, 10.0)
+    run_logger(tracking_uri, RunSpec(dataclasses.replace(recipe, subset=4), (), 0), 0.1, 1.0)  # a smoke run
+    records = tmp_path / "runs" / "tiny.jsonl"
+    export_runs(tracking_uri, "tiny", records)
+    assert tag_records(records, path) == (6, 7)
+    tagged = read_records([records])
+    assert sorted((r.tag("study"), r.tag("role")) for r in tagged) == [("", "")] + [("tiny", "own")] * 6
+    before = records.read_text()
+    assert tag_records(records, path) == (0, 7) and records.read_text() == before  # once only
