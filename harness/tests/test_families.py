@@ -101,7 +101,8 @@ def test_a_causal_language_model_reports_perplexity_and_next_token_accuracy(
 
 
 def test_language_model_blocks_are_the_texts_joined_by_end_of_text() -> None:
-    from cadence_harness.running.models import build_tokenizer, pack_blocks
+    from cadence_harness.running.models import pack_blocks
+    from cadence_harness.running.text_tokenizers import build_tokenizer
 
     texts = ["a good film", "a bad film", "good good", "bad"] * 4
     tokenizer = build_tokenizer("hf/gpt2-tiny", texts, vocab_size=300)

@@ -143,7 +143,7 @@ TEXTS = [f"the {word} film was {'good' if i % 2 else 'dull'} and {word}" for i, 
 
 
 def test_texts_are_tokenised_once_per_process_for_the_same_tokenizer_texts_and_length() -> None:
-    from cadence_harness.running.models import build_tokenizer
+    from cadence_harness.running.text_tokenizers import build_tokenizer
 
     text_loaders.clear_token_cache()
     tokenizer = build_tokenizer("hf/gpt2-tiny", TEXTS, vocab_size=300)

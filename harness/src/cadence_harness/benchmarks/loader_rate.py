@@ -104,7 +104,7 @@ def _shape_stats(loader: loaders.TensorLoader) -> tuple[int, float]:
 
 def text_rows(limit: int | None, repeats: int) -> tuple[str, list[str], list[tuple[str, float, float, int, float]]]:
     """(source, notes on tokenising, [(loader, samples/s CPU, samples/s wall, widths, padding share)])."""
-    from cadence_harness.running.models import build_tokenizer
+    from cadence_harness.running.text_tokenizers import build_tokenizer
 
     texts, labels, source = _texts(limit)
     tokenizer = build_tokenizer("hf/bert-tiny", texts[:TOKENIZER_TEXTS], 8192)

@@ -33,7 +33,6 @@ __all__ = [
     "Normalize",
     "build_image_model",
     "build_text_model",
-    "build_tokenizer",
     "check_model",
     "cifar_resnet",
     "family",
@@ -235,45 +234,6 @@ def build_image_model(
 
 
 # Text ----------------------------------------------------------------------------------
-def _trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
-    """A WordPiece (BERT) or byte-level BPE (GPT-2) tokenizer trained on `texts`, as a transformers tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    if kind == "bert-tiny":
-        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tokenizer.train_from_iterator(
-            texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
-        )
-        cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
-        )
-        tokenizer.decoder = decoders.WordPiece()
-        return PreTrainedTokenizerFast(
-            tokenizer_object=tokenizer,
-            unk_token="[UNK]",
-            pad_token="[PAD]",
-            cls_token="[CLS]",
-            sep_token="[SEP]",
-            mask_token="[MASK]",
-        )
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
-
-
 def _config_model(
     arch: str, tokenizer: Any, num_labels: int, max_length: int, causal_lm: bool = False, **kwargs: Any
 ) -> nn.Module:
@@ -307,7 +267,7 @@ def _config_model(
     return (transformers.GPT2LMHeadModel if causal_lm else transformers.GPT2ForSequenceClassification)(config)
 
 
-def _pretrained_folder(arch: str) -> Path:
+def pretrained_folder(arch: str) -> Path:
     if arch in HF_PACKAGED:
         import importlib
 
@@ -315,23 +275,10 @@ def _pretrained_folder(arch: str) -> Path:
     return Path(arch)
 
 
-def build_tokenizer(name: str, train_texts: Sequence[str], vocab_size: int = 8192) -> Any:
-    """The tokenizer of an hf/ model: trained on `train_texts` for a config-built model, else the model's own."""
-    import transformers
-
-    _, arch = family(name)
-    if arch in HF_CONFIGS:
-        return _trained_tokenizer(arch, train_texts, vocab_size)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(_pretrained_folder(arch))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
 def build_text_model(
     name: str, *, tokenizer: Any, num_labels: int, max_length: int, causal_lm: bool = False, **kwargs: Any
 ) -> Any:
-    """A `HuggingFaceModel` for an hf/ model name and its `build_tokenizer`: a sequence classifier, or with
+    """A `HuggingFaceModel` for an hf/ model name and its tokenizer (`text_tokenizers`): a sequence classifier, or with
     `causal_lm` a language model whose evaluation reports next-token accuracy beside perplexity."""
     import transformers
 
@@ -343,7 +290,7 @@ def build_text_model(
         network = _config_model(arch, tokenizer, num_labels, max_length, causal_lm, **kwargs)
     else:
         labels = {} if causal_lm else {"num_labels": num_labels}
-        network = auto.from_pretrained(_pretrained_folder(arch), **labels, **kwargs)
+        network = auto.from_pretrained(pretrained_folder(arch), **labels, **kwargs)
         if network.config.pad_token_id is None:
             network.config.pad_token_id = tokenizer.pad_token_id
     if not causal_lm:

@@ -28,11 +28,12 @@ from cadence_harness.running import data as datasets
 from cadence_harness.running import loaders, resident, text_loaders
 from cadence_harness.running.budgets import CycleEnds, build_schedulers, cycles_of
 from cadence_harness.running.flops import FlopCounter
-from cadence_harness.running.models import build_image_model, build_text_model, build_tokenizer
+from cadence_harness.running.models import build_image_model, build_text_model
 from cadence_harness.running.optimizer import build_optimizer, optimizer_procedures
 from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
 from cadence_harness.running.recipe import Recipe, build_algorithm
 from cadence_harness.running.runspec import RunSpec
+from cadence_harness.running.text_tokenizers import build_tokenizer
 from cadence_harness.running.timing import RunTimer
 
 __all__ = [

@@ -1,0 +1,101 @@
+"""Tokenizers trained on a run's own texts (models built from a config have none), cached on disk.
+
+Training HF `tokenizers`' WordPiece is not deterministic: two trainings on the same SST-2 texts give
+vocabularies whose ids differ (316 of 8,192 ids, and a few tokens, measured here with tokenizers 0.22;
+single-threaded too, huggingface/tokenizers#1794), so two runs of one configuration, or two arms of a
+study run in their own processes, would not even share their inputs. The first training on a machine
+is therefore saved under the cache folder (`$CADENCE_CACHE`, keyed by the texts, the kind, the vocabulary
+size and the tokenizers version) and every later run loads it: on one machine every run of a study sees
+the same token ids. Byte-level BPE (GPT-2) trains deterministically, and is cached the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from cadence_harness.running.data import cache_dir, replace_when_complete
+from cadence_harness.running.models import HF_CONFIGS, family, pretrained_folder
+
+__all__ = ["build_tokenizer", "trained_tokenizer"]
+
+CACHE_FORMAT = 1
+BERT_SPECIALS = {
+    "unk_token": "[UNK]",
+    "pad_token": "[PAD]",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "mask_token": "[MASK]",
+}
+
+
+def build_tokenizer(name: str, train_texts: Sequence[str], vocab_size: int = 8192) -> Any:
+    """The tokenizer of an hf/ model: trained on `train_texts` for a config-built model (once per machine, see
+    `text_tokenizers`), else the model's own."""
+    import transformers
+
+    _, arch = family(name)
+    if arch in HF_CONFIGS:
+        return trained_tokenizer(arch, train_texts, vocab_size)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(pretrained_folder(arch))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
+    """A WordPiece (``bert-tiny``) or byte-level BPE (GPT-2) tokenizer for `texts` as a transformers tokenizer:
+    the one this machine trained first on the same texts and settings, else a new one (then saved)."""
+    import tokenizers
+
+    key = hashlib.sha256(f"{CACHE_FORMAT}\0{kind}\0{vocab_size}\0{tokenizers.__version__}".encode())
+    for text in texts:
+        key.update(text.encode("utf-8") + b"\0")
+    path = cache_dir() / f"tokenizer-{kind}-{vocab_size}-{key.hexdigest()[:16]}.json"
+    if path.is_file():
+        tokenizer = tokenizers.Tokenizer.from_file(str(path))
+    else:
+        tokenizer = _train(kind, texts, vocab_size)
+        with replace_when_complete(path) as handle:  # two processes at once: one whole file wins
+            handle.write(tokenizer.to_str().encode("utf-8"))
+        tokenizer = tokenizers.Tokenizer.from_file(str(path))  # the one saved, whichever process wrote it
+    return _as_transformers(kind, tokenizer)
+
+
+def _train(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    if kind == "bert-tiny":
+        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tokenizer.train_from_iterator(
+            texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+        )
+        cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+        )
+        tokenizer.decoder = decoders.WordPiece()
+        return tokenizer
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+def _as_transformers(kind: str, tokenizer: Any) -> Any:
+    from transformers import PreTrainedTokenizerFast
+
+    if kind == "bert-tiny":
+        return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **BERT_SPECIALS)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
