@@ -1,22 +1,29 @@
-"""Card claims judged on a study with known numbers: reproduced, not reproduced (with the numbers), not applicable."""
+"""Card claims judged on a study with known numbers: the four verdicts (consistent, contradicts, inconclusive, not
+testable here) with their numbers, by construction, the claims' conditions, the timing noise floor, and one Holm
+family per study."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cadence_harness.reading.claims import (
-    NOT_APPLICABLE,
-    NOT_REPRODUCED,
-    REPRODUCED,
+    BY_CONSTRUCTION,
+    CONSISTENT,
+    CONTRADICTS,
+    INCONCLUSIVE,
+    NOT_TESTABLE,
     Judgement,
     claim_table,
     judge,
+    judge_claims,
     parse_claims,
 )
-from cadence_harness.reading.summaries import Section
+from cadence_harness.reading.summaries import NoiseFloor, Section, identity_arms
+from cadence_harness.records import TAG, RunRecord
 from cadence_harness.running.recipe import Recipe
 from cadence_harness.store_report import build_report
 
@@ -63,8 +70,8 @@ def claims(*entries: dict[str, str]) -> list[Any]:
 def test_accuracy_claims_are_judged_on_the_paired_difference_at_the_longest_budget(section: Section) -> None:
     (claim,) = claims({"claim": "more accurate", "source": "paper", "expects": "accuracy"})
     sharp, blunt = judge(claim, section, "sharp"), judge(claim, section, "blunt")
-    assert sharp.verdict == REPRODUCED and "Δ accuracy at 4ep 3.00 ± 0.00 pp (n=3)" in sharp.reason
-    assert blunt.verdict == NOT_REPRODUCED and blunt.reason.endswith("(n=3): worse")
+    assert sharp.verdict == CONSISTENT and "Δ accuracy at 4ep 3.00 ± 0.00 pp (n=3)" in sharp.reason
+    assert blunt.verdict == CONTRADICTS and "Δ accuracy at 4ep -9.00 ± 0.00 pp (n=3)" in blunt.reason
 
 
 def test_speedup_and_cost_claims_read_the_matched_speedups_and_the_ratios(section: Section) -> None:
@@ -72,41 +79,126 @@ def test_speedup_and_cost_claims_read_the_matched_speedups_and_the_ratios(sectio
         {"claim": "faster", "source": "README", "expects": "speedup"},
         {"claim": "cheaper", "source": "README", "expects": "cost", "unit": "train_s"},
     )
-    assert judge(speedup, section, "sharp").verdict == REPRODUCED  # the baseline needs more to get as accurate
-    blunt = judge(speedup, section, "blunt")  # better at 2ep (same accuracy for half the cost), worse at 4ep
-    assert blunt.verdict == NOT_REPRODUCED and "speedup at matched accuracy (FLOPs): " in blunt.reason
-    assert judge(cost, section, "blunt").verdict == REPRODUCED  # half the training time at every budget
-    sharp_cost = judge(cost, section, "sharp")
-    assert sharp_cost.verdict == NOT_REPRODUCED and "training time ratio 1ep 1.00" in sharp_cost.reason
+    assert judge(speedup, section, "sharp").verdict == CONSISTENT  # the baseline needs more to get as accurate
+    blunt = judge(speedup, section, "blunt")  # better at 1ep and 2ep (same accuracy for half the cost), worse at 4ep
+    assert blunt.verdict == INCONCLUSIVE and "speedup at matched accuracy (FLOPs): " in blunt.reason
+    assert judge(cost, section, "blunt").verdict == CONSISTENT  # half the training time at every budget
+    sharp_cost = judge(cost, section, "sharp")  # exactly the baseline's time: no speed-up shown either way
+    assert sharp_cost.verdict == INCONCLUSIVE and "training time ratio 1ep 1.00x" in sharp_cost.reason
 
 
-def test_a_claimed_factor_must_be_inside_the_interval_not_only_a_speedup(section: Section) -> None:
+def test_a_claimed_factor_is_consistent_when_the_interval_keeps_it_and_excludes_no_effect(section: Section) -> None:
     modest, bold, cheap, cheaper = claims(
         {"claim": "1.2x faster", "source": "README", "expects": "speedup", "size": 1.2},
         {"claim": "3x faster", "source": "README", "expects": "speedup", "size": 3},
         {"claim": "1.5x cheaper", "source": "README", "expects": "cost", "unit": "train_s", "size": 1.5},
         {"claim": "3x cheaper", "source": "README", "expects": "cost", "unit": "train_s", "size": 3},
     )
-    assert judge(modest, section, "sharp").verdict == REPRODUCED  # about 1.5x at 1ep and 2ep
+    assert judge(modest, section, "sharp").verdict == CONSISTENT  # about 1.5x at 1ep and 2ep: more than claimed
     far = judge(bold, section, "sharp")
-    assert far.verdict == NOT_REPRODUCED and far.reason.endswith(": faster, but not by the claimed 3x")
-    assert judge(cheap, section, "blunt").verdict == REPRODUCED  # half the training time: 2x
+    assert far.verdict == CONTRADICTS and far.reason.endswith("(below the claimed 3x)")
+    assert judge(cheap, section, "blunt").verdict == CONSISTENT  # half the training time: 2x
     half = judge(cheaper, section, "blunt")
-    assert half.verdict == NOT_REPRODUCED and half.reason.endswith(": cheaper, but not by the claimed 3x")
+    assert half.verdict == CONTRADICTS and half.reason.endswith("(below the claimed 3x)")
 
 
-def test_a_claim_this_study_cannot_test_is_not_applicable_with_its_reason(section: Section) -> None:
+def test_a_claim_this_study_cannot_test_is_not_testable_here_with_its_reason(section: Section) -> None:
     gpu, other = claims(
         {"claim": "tensor cores", "source": "card", "expects": "speedup", "not_here": "needs a GPU"},
         {"claim": "more accurate", "source": "paper", "expects": "accuracy"},
     )
-    assert judge(gpu, section, "sharp") == Judgement(NOT_APPLICABLE, "needs a GPU")
-    assert judge(other, section, "missing").verdict == NOT_APPLICABLE
+    assert judge(gpu, section, "sharp") == Judgement(NOT_TESTABLE, "needs a GPU")
+    assert judge(other, section, "missing").verdict == NOT_TESTABLE
     table = claim_table([gpu, other], [section], "sharp")
-    assert "| tensor cores | card | speedup | **not applicable at this scale**: needs a GPU |" in table
-    assert "| more accurate | paper | accuracy | **reproduced**: Δ accuracy at 4ep" in table
+    assert "| tensor cores | card | speedup | **not testable here**: needs a GPU |" in table
+    assert "| more accurate | paper | accuracy | **consistent with the claim**: Δ accuracy at 4ep" in table
     nowhere = claim_table([other], [section], "missing")  # no section ran it: one column says so
     assert "| verdict |" in nowhere and "no study measured the method alone" in nowhere
+    assert "reproduced" not in table + nowhere and "not applicable" not in table + nowhere
+
+
+def test_the_claims_conditions_are_compared_with_the_study_records(section: Section) -> None:
+    gpu, long, here, imagenet = claims(
+        {
+            "claim": "8xA100",
+            "source": "README",
+            "expects": "speedup",
+            "unit": "train_s",
+            "conditions": {"device": "cuda"},
+        },
+        {"claim": "regularises", "source": "paper", "expects": "accuracy", "conditions": {"min_steps": 100_000}},
+        {"claim": "on digits", "source": "paper", "expects": "accuracy", "conditions": {"data": ["digits", "mnist"]}},
+        {"claim": "on ImageNet", "source": "paper", "expects": "accuracy", "conditions": {"data": "imagenet"}},
+    )
+    unmet = "made on cuda; this study ran on (its records name no device)"  # the test study's records do not
+    assert judge(gpu, section, "sharp") == Judgement(NOT_TESTABLE, unmet)
+    steps = judge(long, section, "sharp")
+    assert steps.verdict == NOT_TESTABLE and steps.reason.startswith("needs >= 100,000 optimizer steps; the longest")
+    assert judge(here, section, "sharp").verdict == CONSISTENT
+    assert judge(imagenet, section, "sharp").reason == "made on imagenet; this study used digits"
+    with pytest.raises(ValueError, match=r"conditions has unknown keys \['gpus'\]"):
+        claims({"claim": "x", "source": "y", "expects": "accuracy", "conditions": {"gpus": 8}})
+
+
+def test_a_flops_claim_that_holds_by_design_is_labelled_not_judged(section: Section) -> None:
+    (design,) = claims(
+        {"claim": "fewer FLOPs", "source": "card", "expects": "cost", "by_construction": "it skips half the layers"}
+    )
+    label = judge(design, section, "blunt")
+    assert label.verdict == BY_CONSTRUCTION and label.reason.startswith("it skips half the layers; measured FLOPs")
+    with pytest.raises(ValueError, match="by_construction is for FLOPs cost claims"):
+        claims({"claim": "x", "source": "y", "expects": "cost", "unit": "train_s", "by_construction": "z"})
+
+
+def test_time_claims_within_the_timing_noise_floor_are_inconclusive(section: Section) -> None:
+    noisy = dataclasses.replace(section, noise_floor=NoiseFloor(("twin",), (("2ep", 0, 0.5), ("2ep", 1, 1.1))))
+    time, flops = claims(
+        {"claim": "1.5x cheaper in time", "source": "README", "expects": "cost", "unit": "train_s", "size": 1.5},
+        {"claim": "1.5x cheaper in FLOPs", "source": "README", "expects": "cost", "size": 1.5},
+    )
+    assert judge(time, section, "blunt").verdict == CONSISTENT  # without a floor: 2x, as claimed
+    within = judge(time, noisy, "blunt")  # identical runs differed by 2x: a 1.5x claim is inside the noise
+    assert within.verdict == INCONCLUSIVE and "below this study's timing noise floor (2.00x" in within.reason
+    assert "noise floor" not in judge(flops, noisy, "blunt").reason  # FLOPs do not jitter
+
+
+def _run(arm: str, budget: str, max_duration: str, seed: int, accuracy: float, train_s: float) -> RunRecord:
+    tags = {"arm": arm, "seed": str(seed), "budget": budget, "family_hash": "family"}
+    return RunRecord(
+        run_id=f"{arm}-{budget}-s{seed}",
+        experiment="study",
+        tags={f"{TAG}{key}": value for key, value in tags.items()},
+        params={"duration": budget, "max_duration": max_duration},
+        metrics={"final/accuracy": accuracy, "final/flops": 1e12, "final/train_s": train_s},
+    )
+
+
+def test_an_arm_that_repeats_the_baselines_runs_is_the_timing_null() -> None:
+    """Scale Schedule at ratio 0.5 and budget 4ep runs exactly the baseline's 2ep: its time ratios are noise."""
+    base = [_run("baseline", "2ep", "2ep", s, 0.4 + s / 100, 10.0) for s in range(3)]
+    twin = [_run("half", "4ep", "2ep", s, 0.4 + s / 100, t) for s, t in enumerate([20.0, 10.0, 8.0])]
+    floor = identity_arms(base + twin)
+    assert floor is not None and floor.arms == ("half",)
+    assert [r for _, _, r in floor.ratios] == [0.5, 1.0, 1.25] and floor.factor == pytest.approx(2.0)
+    assert "time ratios were 0.50, 1.00, 1.25 (n=3 pairs)" in floor.format()
+    other = [_run("other", "4ep", "2ep", s, 0.5, 9.0) for s in range(3)]  # computes something else
+    same_budget = [_run("layout", "2ep", "2ep", s, 0.4 + s / 100, 5.0) for s in range(3)]  # same numbers, faster
+    assert identity_arms(base + other + same_budget) is None
+
+
+def test_the_claims_of_every_card_on_a_study_are_one_holm_family(section: Section) -> None:
+    accurate, faster, gpu = claims(
+        {"claim": "more accurate", "source": "paper", "expects": "accuracy"},
+        {"claim": "1.2x faster", "source": "README", "expects": "speedup", "size": 1.2},
+        {"claim": "gpu", "source": "README", "expects": "speedup", "not_here": "needs a GPU"},
+    )
+    verdicts = judge_claims({"sharp": [accurate, faster, gpu], "blunt": [accurate]}, section)
+    families = {j.family for j in verdicts.values() if j.family}
+    (family,) = families  # one family for the study; the untestable claim is not in it
+    assert family.startswith("Holm over ") and family.endswith("tests of 3 claims in `claims`")
+    assert verdicts[("sharp", 2)].family == "" and verdicts[("blunt", 0)].verdict == CONTRADICTS
+    table = claim_table([accurate, faster, gpu], [section], "sharp", judgements={section.name: verdicts})
+    assert "Holm-adjusted p = 0 (Holm over" in table
 
 
 def test_malformed_claims_are_refused_naming_the_card() -> None:

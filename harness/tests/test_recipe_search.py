@@ -80,7 +80,7 @@ def test_greedy_selection_grows_the_best_single_method_while_a_candidate_improve
     ]
     assert search.recipe == ("a", "b") and search.speedup is not None and search.speedup.value == pytest.approx(4.0)
     assert [r.chosen for r in search.rounds] == ["a+b", None] and search.rounds[1].tried == []
-    assert not search.to_run and "**a+b**, 4.00x [4.00, 4.00] in FLOPs: it qualifies" in search.markdown()
+    assert not search.to_run and "**a+b**, 4.00x [4.00, 4.00] n=3 in FLOPs: it qualifies" in search.markdown()
 
 
 def test_the_search_stops_when_no_candidate_improves() -> None:
@@ -244,4 +244,4 @@ def test_a_curve_above_the_target_from_its_shortest_budget_gives_a_lower_bound_t
     above = speedup_at_baseline_best(_curve("a", [0.72, 0.76, 0.80]), _curve("baseline", BASE), "flops")
     assert above is not None and above.value is None and above.at_least == pytest.approx(4.0)
     assert above.estimate == pytest.approx(4.0) and above.low == pytest.approx(4.0) and above.qualifies()
-    assert above.format() == ">= 4.00x (above 70.0% already at its shortest budget) [4.00, unbounded]"
+    assert above.format() == ">= 4.00x (above 70.0% already at its shortest budget) [4.00, unbounded] n=3"

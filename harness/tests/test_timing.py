@@ -9,7 +9,6 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Callback, Classifier, Trainer
-from cadence_harness.reading.stats import paired_bootstrap_ratio, paired_t_difference, t_interval
 from cadence_harness.running.timing import RunTimer
 
 
@@ -101,14 +100,3 @@ def test_a_batch_during_which_work_is_counted_is_timed_apart_as_a_shape_warmup()
     assert summary["final/shape_warmups"] == 1
     assert summary["final/warmup_s"] >= 0.3 > summary["final/train_s"]  # the sleep left the timed region
     assert summary["final/samples_per_s"] == 12 / summary["final/train_s"]  # the other 3 batches of 4
-
-
-def test_intervals() -> None:
-    single = t_interval([0.5])
-    assert single.low is None and single.format(scale=100) == "50.00"
-    interval = t_interval([1.0, 2.0, 3.0])
-    assert interval.mean == 2.0 and interval.format() == "2.00 ± 2.48"
-    assert paired_t_difference([2.0, 3.0], [1.0, 1.0]).mean == 1.5
-    ratio = paired_bootstrap_ratio([10.0, 12.0, 11.0], [5.0, 6.0, 5.5])
-    assert ratio.mean == 2.0 and ratio.low == ratio.high == 2.0
-    assert t_interval([]).format() == "n/a"

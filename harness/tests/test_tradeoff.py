@@ -1,14 +1,17 @@
 """Speedup at matched accuracy on hand-made curves: monotone interpolation, never extrapolated, a paired
-bootstrap on the log scale checked against an independent computation, verdicts, the Pareto front, and
-the cyclic curve against the sweep."""
+t-interval on the per-seed log speedups checked against an independent computation, the accuracy floor
+left out, verdicts (alone and Benjamini-Hochberg-adjusted), the Pareto front, and the cyclic curve against
+the sweep."""
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import math
+import statistics
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from cadence_harness.reading.tradeoff import (
     Curve,
@@ -16,6 +19,7 @@ from cadence_harness.reading.tradeoff import (
     cost_to_reach,
     curves_from_records,
     cyclic_checks,
+    floor_of,
     matched_speedups,
     pareto_points,
     verdict,
@@ -68,38 +72,58 @@ def test_an_arm_reaching_the_baseline_accuracy_at_half_the_cost_is_a_2x_speedup(
     speedups = matched_speedups(arm, base, "flops")
     assert [s.value for s in speedups] == [pytest.approx(2.0)] * 3
     assert all(s.low == pytest.approx(2.0) and s.high == pytest.approx(2.0) for s in speedups)  # seeds move together
-    assert speedups[0].format() == "2.00x [2.00, 2.00]" and verdict(speedups).startswith("dominates")
+    assert speedups[0].format() == "2.00x [2.00, 2.00] n=3" and verdict(speedups).startswith("dominates")
     assert matched_speedups(arm, base, "train_s")[0].value == pytest.approx(2.0)
 
 
-def _independent_bootstrap(arm_acc: np.ndarray, arm_cost: np.ndarray, j: int) -> tuple[float, float]:
-    """The same paired bootstrap, written out: resample seeds, speedup per resample, percentiles of its log."""
-    base_acc, base_cost = np.array(BASE_ACC), np.array(BASE_COST)
-    index = np.random.default_rng(0).integers(0, 3, size=(10_000, 3))
+def _independent_t(arm_acc: np.ndarray, arm_cost: np.ndarray, j: int) -> tuple[float, float]:
+    """The same paired t-interval, written out: each seed's speedup against its own baseline seed, t on the logs."""
     logs = []
-    for rows in index:
-        target = arm_acc[rows, j].mean()
-        best = np.maximum.accumulate(base_acc[rows].mean(0))
-        costs = base_cost[rows].mean(0)
+    for seed in range(3):
+        target, costs = arm_acc[seed, j], np.array(BASE_COST[seed])
+        best = np.maximum.accumulate(np.array(BASE_ACC[seed]))
         k = int(np.argmax(best >= target))
         share = (target - best[k - 1]) / (best[k] - best[k - 1])
         needed = math.exp(math.log(costs[k - 1]) + share * (math.log(costs[k]) - math.log(costs[k - 1])))
-        logs.append(math.log(needed / arm_cost[rows, j].mean()))
-    low, high = np.quantile(logs, [0.025, 0.975])
-    return math.exp(low), math.exp(high)
+        logs.append(math.log(needed / arm_cost[seed, j]))
+    half = scipy_stats.t.ppf(0.975, 2) * statistics.stdev(logs) / math.sqrt(3)
+    return math.exp(statistics.mean(logs) - half), math.exp(statistics.mean(logs) + half)
 
 
-def test_the_interval_is_a_paired_percentile_bootstrap_on_the_log_scale() -> None:
+def test_the_interval_is_a_paired_t_interval_on_the_per_seed_log_speedups() -> None:
     arm_acc = np.array([[0.66, 0.72], [0.64, 0.73], [0.68, 0.71]])
     arm_cost = np.array([[2.0, 4.0], [2.2, 4.1], [1.9, 3.8]])
     base = curve("baseline", BASE_ACC, BASE_COST)
     arm = curve("noisy", arm_acc.tolist(), arm_cost.tolist())
     speedups = matched_speedups(arm, base, "flops")
     for j, speedup in enumerate(speedups):
-        low, high = _independent_bootstrap(arm_acc, arm_cost, j)
+        low, high = _independent_t(arm_acc, arm_cost, j)
         assert speedup.low == pytest.approx(low) and speedup.high == pytest.approx(high)
         assert 0 < speedup.low <= speedup.value <= speedup.high  # a ratio's interval never reaches zero
-        assert speedup.format() == f"{speedup.value:.2f}x [{low:.2f}, {high:.2f}]"
+        assert speedup.format() == f"{speedup.value:.2f}x [{low:.2f}, {high:.2f}] n=3"
+
+
+def test_points_at_the_baseline_floor_are_left_out() -> None:
+    """Every baseline seed at exactly 50% at 1ep (a constant prediction): an arm's point there says nothing."""
+    flat = [[0.50, 0.60, 0.70, 0.75], [0.50, 0.61, 0.69, 0.76], [0.50, 0.59, 0.71, 0.74]]
+    base = curve("baseline", flat, BASE_COST)
+    assert floor_of(base) == 0.50 and floor_of(curve("baseline", BASE_ACC, BASE_COST)) is None
+    arm = curve("stuck", [[0.50, 0.65]] * 3, [[1.0, 2.0]] * 3)
+    stuck, moving = matched_speedups(arm, base, "flops", floor=floor_of(base))
+    assert stuck.left_out and stuck.verdict == "unknown" and stuck.format().startswith("left out (at the baseline")
+    assert not moving.left_out and moving.value is not None
+    only = matched_speedups(curve("stuck", [[0.50]] * 3, [[1.0]] * 3), base, "flops", floor=0.5)
+    assert verdict(only).startswith("left out (at the baseline's floor 50.00%")
+
+
+def test_an_adjusted_cell_is_better_only_when_its_q_value_is_small() -> None:
+    cell = Speedup("a", "1ep", "flops", 3, 1.3, "", 1.05, 1.6, p_up=0.01, p_down=0.99)
+    assert cell.verdict == "better" and cell.p == pytest.approx(0.02)  # alone: the interval decides
+    assert dataclasses.replace(cell, q=0.04).verdict == "better"
+    assert dataclasses.replace(cell, q=0.2).verdict == "within noise"  # not after the family's correction
+    assert "q=0.2" in dataclasses.replace(cell, q=0.2).format()
+    slower = Speedup("a", "1ep", "flops", 3, 0.7, "", 0.5, 0.9, p_up=0.995, p_down=0.005)
+    assert dataclasses.replace(slower, q=0.03).verdict == "worse"
 
 
 def test_beyond_the_baseline_range_no_number_is_reported() -> None:
@@ -107,10 +131,10 @@ def test_beyond_the_baseline_range_no_number_is_reported() -> None:
     better = curve("better", [[0.80, 0.85]] * 3, [[4.0, 8.0]] * 3)
     above = matched_speedups(better, base, "flops")
     assert all(s.value is None and s.beyond == "above" for s in above)
-    assert above[0].format() == "beyond the baseline's range (above its best) [2.00, beyond range]"
+    assert above[0].format() == "beyond the baseline's range (above its best) [2.00, beyond range] n=3"
     assert above[0].verdict == "better" and above[1].verdict == "within noise"  # more than 8/4 = 2x; more than 8/8 = 1x
     worse = matched_speedups(curve("worse", [[0.30]] * 3, [[2.0]] * 3), base, "flops")
-    assert worse[0].format() == "beyond the baseline's range (below its shortest budget) [beyond range, 0.50]"
+    assert worse[0].format() == "beyond the baseline's range (below its shortest budget) [beyond range, 0.50] n=3"
     assert worse[0].verdict == "worse"
 
 
@@ -168,14 +192,6 @@ def test_the_cyclic_curve_is_checked_against_the_sweep() -> None:
     text = check.format()
     assert text.startswith("cyclic - sweep accuracy on the baseline (n=3): 1ep: -1.00 ± 0.00 pp")
     assert "Mean |Δ| 1.00 pp" in text
-
-
-def test_seed_resamples_are_each_computed_once() -> None:
-    from cadence_harness.reading.tradeoff import _resamples
-
-    rows, counts = _resamples(3, 10_000, 0)
-    assert len(rows) <= math.comb(5, 3) and counts.sum() == 10_000
-    assert {tuple(r) for r in rows} <= set(itertools.combinations_with_replacement(range(3), 3))
 
 
 def _record(arm: str, budget: str, seed: int, accuracy: float) -> RunRecord:

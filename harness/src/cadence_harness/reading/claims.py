@@ -1,54 +1,95 @@
 """The claim table of a method card: what the method's authors or Composer report, judged on a study.
 
-A card lists its claims in its front matter, each with what it expects of the method alone:
+A card lists its claims in its front matter, each with what it expects of the method alone and the
+conditions it was made under:
 
     claims:
       - claim: "+0.5-1% top-1 on ImageNet for a few percent more compute"
         source: "Zhang, ICML 2019; Composer's card"
         expects: accuracy     # more accurate than the baseline at the same budget
-      - claim: "the same accuracy in fewer GPU hours"
-        source: "Composer's card"
-        expects: speedup      # reaches the baseline's accuracy for less cost (matched accuracy)
-        unit: train_s         # which cost: flops (the default), train_s or cpu_s
-      - claim: "2x faster on A100 tensor cores"
-        source: "..."
-        expects: speedup
-        not_here: "tensor cores: this study runs on a CPU"   # then: not applicable at this scale
+        conditions: {min_steps: 10000}   # what a study needs to test it (below)
       - claim: "1.5x faster time-to-train"
         source: "..."
-        expects: speedup
-        size: 1.5             # the claimed factor: the interval must lie above it, not only above 1
+        expects: speedup      # reaches the baseline's accuracy for less cost (matched accuracy)
+        unit: train_s         # which cost: flops (the default), train_s or cpu_s
+        size: 1.5             # the claimed factor
+        conditions: {device: cuda, data: imagenet}
+      - claim: "fewer multiply-adds per step"
+        source: "..."
+        expects: cost         # the baseline's cost over the arm's at the same budget
+        by_construction: "the factorized layers do fewer multiply-adds by design"
 
-A claim is judged on the method's own arm of each study section:
+Each verdict is one of four:
+
+* **consistent with the claim**: the interval excludes no effect, on the claimed side, and does not
+  exclude the claimed factor (a claimed 1.5x is consistent with 1.66x [1.2, 2.3]: a factor above the
+  claim is not held against it);
+* **contradicts the claim**: the interval excludes no effect on the other side, or lies below the
+  claimed factor;
+* **inconclusive**: neither (the interval is too wide to tell), or a time claim smaller than the
+  study's timing noise floor (`cadence_harness.reading.summaries.NoiseFloor`);
+* **not testable here**: the study does not meet the claim's `conditions` (or its free-text
+  `not_here`), or did not run the method alone.
+
+A FLOPs cost claim that holds by the method's construction (`by_construction`) gets no verdict: it
+is labelled *by construction*, with the measured ratio.
+
+What is tested, on the method's own arm (`cadence_harness.reading.stats`: paired Student-t, n beside
+every interval):
 
 * ``accuracy``: the paired Δ accuracy against the baseline at the longest budget the arm has;
-  reproduced when its 95% interval lies above 0.
-* ``speedup``: the speedup at matched accuracy at each budget (`cadence_harness.reading.tradeoff`);
-  reproduced when some budget's interval lies above 1 and none below.
-* ``cost``: the baseline's cost over the arm's at the same budget (FLOPs, or time with `unit`);
-  reproduced when its interval lies above 1 at every budget.
+* ``speedup``: the speedup at matched accuracy at each budget (`cadence_harness.reading.tradeoff`;
+  points at the study's accuracy floor are left out); consistent when some budget is consistent
+  and none contradicts;
+* ``cost``: the baseline's cost over the arm's at the same budget (FLOPs, or time with `unit`),
+  on the per-seed log ratios; consistent when every budget is.
 
-A speedup or cost claim that states a factor gives it as ``size``: then the interval must lie above
-the factor, and one that lies above 1 only is *not reproduced*, "faster, but not by the claimed 1.5x".
+Multiplicity: the claims of every card judged on one study are one family (`judge_claims`). Each
+comparison contributes its two-sided p-value against no effect, and, with a claimed factor, its
+one-sided p-value against the factor; they are Holm-adjusted together, and "excludes" above means
+an adjusted p-value below 0.05. The claim table names the family's size.
 
-Anything else is *not reproduced*, and the reason gives the numbers (within noise, or worse). A
-claim with `not_here`, or a method the section did not measure, is *not applicable at this scale*.
+Conditions (`conditions`) are compared with the study's run records by `cadence_harness.reading.conditions`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from cadence_harness.reading.conditions import CONDITIONS, parse_conditions, study_conditions, unmet
+from cadence_harness.reading.stats import holm, paired_t_difference, paired_t_ratio, t_p_values
 from cadence_harness.reading.summaries import ArmSummary, Section
 from cadence_harness.reading.tradeoff import COSTS
 from cadence_harness.records import budget_value
 
-__all__ = ["Claim", "Judgement", "claim_table", "judge", "parse_claims"]
+__all__ = [
+    "BY_CONSTRUCTION",
+    "CONDITIONS",
+    "CONSISTENT",
+    "CONTRADICTS",
+    "INCONCLUSIVE",
+    "NOT_TESTABLE",
+    "VERDICTS",
+    "Claim",
+    "Judgement",
+    "claim_table",
+    "judge",
+    "judge_claims",
+    "parse_claims",
+    "study_conditions",
+]
 
 EXPECTS = ("accuracy", "speedup", "cost")
-REPRODUCED, NOT_REPRODUCED, NOT_APPLICABLE = "reproduced", "not reproduced", "not applicable at this scale"
+CONSISTENT, CONTRADICTS = "consistent with the claim", "contradicts the claim"
+INCONCLUSIVE, NOT_TESTABLE = "inconclusive", "not testable here"
+VERDICTS = (CONSISTENT, CONTRADICTS, INCONCLUSIVE, NOT_TESTABLE)
+BY_CONSTRUCTION = "by construction"  # a label, not a verdict
+ALPHA = 0.05
+_KEYS = {"claim", "source", "expects", "unit", "not_here", "size", "conditions", "by_construction"}
 
 
 @dataclass(frozen=True)
@@ -59,12 +100,15 @@ class Claim:
     unit: str = "flops"
     not_here: str = ""
     size: float = 1.0  # the factor a speedup or cost claim states (1: any speed-up)
+    conditions: tuple[tuple[str, Any], ...] = ()  # (key, value) from `CONDITIONS`
+    by_construction: str = ""  # why a FLOPs cost claim holds by design, else ""
 
 
 @dataclass(frozen=True)
 class Judgement:
     verdict: str
     reason: str
+    family: str = ""  # the multiple-testing family the verdict was corrected in, where it was tested
 
 
 def parse_claims(front: Mapping[str, Any], where: str) -> list[Claim]:
@@ -76,7 +120,7 @@ def parse_claims(front: Mapping[str, Any], where: str) -> list[Claim]:
     for index, entry in enumerate(claims):
         if not isinstance(entry, Mapping):
             raise ValueError(f"{where}: claims[{index}] must be a mapping with claim, source and expects")
-        unknown = sorted(set(entry) - {"claim", "source", "expects", "unit", "not_here", "size"})
+        unknown = sorted(set(entry) - _KEYS)
         missing = [key for key in ("claim", "source", "expects") if not entry.get(key)]
         if unknown or missing:
             raise ValueError(f"{where}: claims[{index}] has unknown keys {unknown} / lacks {missing}")
@@ -90,9 +134,51 @@ def parse_claims(front: Mapping[str, Any], where: str) -> list[Claim]:
             raise ValueError(f"{where}: claims[{index}].size is for speedup and cost claims, not accuracy")
         if isinstance(size, bool) or not isinstance(size, (int, float)) or not size >= 1:
             raise ValueError(f"{where}: claims[{index}].size={size!r} must be a factor >= 1, e.g. 1.5 for '1.5x'")
+        construction = str(entry.get("by_construction", ""))
+        if construction and (entry["expects"] != "cost" or unit != "flops"):
+            raise ValueError(
+                f"{where}: claims[{index}].by_construction is for FLOPs cost claims (expects: cost, unit: flops), "
+                "whose counted FLOPs follow from the method's design"
+            )
+        conditions = parse_conditions(entry.get("conditions"), f"{where}: claims[{index}]")
         not_here = entry.get("not_here", "")
-        parsed.append(Claim(str(entry["claim"]), str(entry["source"]), entry["expects"], unit, not_here, float(size)))
+        parsed.append(
+            Claim(
+                str(entry["claim"]),
+                str(entry["source"]),
+                entry["expects"],
+                unit,
+                not_here,
+                float(size),
+                conditions,
+                construction,
+            )
+        )
     return parsed
+
+
+# The comparisons behind a claim -------------------------------------------------------------
+@dataclass(frozen=True)
+class _Test:
+    """One comparison behind a claim: its text, one-sided p-values against no effect (up and down), and the
+    one-sided p-value that it lies below the claimed factor (None without one)."""
+
+    text: str
+    p_up: float
+    p_down: float
+    p_short: float | None = None
+
+    @property
+    def p_none(self) -> float:
+        return min(1.0, 2 * min(self.p_up, self.p_down))
+
+
+@dataclass
+class _Evidence:
+    tests: list[_Test] = field(default_factory=list)
+    every: bool = False  # cost claims: every budget must agree; speedup claims: some budget, none against
+    text: str = ""
+    early: Judgement | None = None  # a verdict that needs no test
 
 
 def _own(section: Section, method: str) -> list[ArmSummary]:
@@ -101,60 +187,165 @@ def _own(section: Section, method: str) -> list[ArmSummary]:
     return sorted(rows, key=lambda s: budget_value(s.budget) if s.budget else 0.0)
 
 
-def _above(low: float | None, threshold: float) -> bool:
-    return low is not None and low > threshold
+def _paired(section: Section, row: ArmSummary, key: str) -> tuple[list[float], list[float]]:
+    """(arm, baseline) values of `key` for the seeds both the row and its baseline (same budget) ran."""
+    base = {
+        r.seed: r.metrics.get(key)
+        for r in section.records
+        if r.arm == "baseline" and not r.cycles and r.budget == row.budget and r.family_hash == row.family_hash
+    }
+    pairs = [
+        (r.metrics.get(key), base.get(r.seed))
+        for r in section.records
+        if r.group_hash == row.group_hash and r.run_id in row.run_ids
+    ]
+    kept = [(a, b) for a, b in pairs if a is not None and b is not None and b == b and a == a]
+    return [a for a, _ in kept], [b for _, b in kept]
 
 
-def _below(high: float | None, threshold: float) -> bool:
-    return high is not None and high < threshold
+def _log_test(text: str, logs: Sequence[float], size: float) -> _Test:
+    p_up, p_down = t_p_values(logs, logs)
+    p_short = t_p_values(logs, logs, null=float(np.log(size)))[1] if size > 1 else None
+    return _Test(text, p_up, p_down, p_short)
+
+
+def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, Any]) -> _Evidence:
+    if claim.not_here:
+        return _Evidence(early=Judgement(NOT_TESTABLE, claim.not_here))
+    unmet_here = unmet(claim.conditions, study)
+    if unmet_here:
+        return _Evidence(early=Judgement(NOT_TESTABLE, "; ".join(unmet_here)))
+    rows = _own(section, method)
+    if not rows:
+        return _Evidence(early=Judgement(NOT_TESTABLE, f"`{section.name}` has no arm with {method} alone"))
+    floor = section.noise_floor
+    timed = claim.unit != "flops" and claim.expects != "accuracy"
+    if claim.expects == "accuracy":
+        last = rows[-1]
+        arm, base = _paired(section, last, "final/accuracy")
+        delta = paired_t_difference(arm, base) if arm else None
+        if delta is None or delta.low is None:
+            return _Evidence(early=Judgement(INCONCLUSIVE, f"no paired interval at {last.budget_label} (n={last.n})"))
+        text = f"Δ accuracy at {last.budget_label} {delta.format(scale=100)} pp (n={delta.n})"
+        differences = [a - b for a, b in zip(arm, base)]
+        p_up, p_down = t_p_values(differences, differences)
+        return _Evidence([_Test(text, p_up, p_down)], text=text)
+    if claim.expects == "cost":
+        key = "final/flops" if claim.unit == "flops" else f"final/{claim.unit}"
+        tests, parts = [], []
+        for row in rows:
+            arm, base = _paired(section, row, key)
+            if len(arm) < 2 or not all(v > 0 for v in arm + base):
+                parts.append(f"{row.budget_label} n/a (n={len(arm)})")
+                continue
+            ratio = paired_t_ratio(base, arm)
+            parts.append(f"{row.budget_label} {ratio.format(suffix='x')} (n={ratio.n})")
+            tests.append(_log_test(parts[-1], list(np.log(np.asarray(base) / np.asarray(arm))), claim.size))
+        text = f"{COSTS[claim.unit]} ratio " + ", ".join(parts)
+        if claim.by_construction:
+            return _Evidence(early=Judgement(BY_CONSTRUCTION, f"{claim.by_construction}; measured {text}"))
+        if timed and floor is not None and claim.size < floor.factor:
+            return _Evidence(early=Judgement(INCONCLUSIVE, text + _below_floor(claim, floor.factor)))
+        if not tests:
+            return _Evidence(early=Judgement(INCONCLUSIVE, text + ": no budget has two paired seeds"))
+        return _Evidence(tests, every=True, text=text)
+    curve = section.sweep_curve(method)
+    speedups = [s for s in (section.speedups_of(curve, claim.unit) if curve else []) if s.verdict != "unknown"]
+    if not speedups:
+        return _Evidence(
+            early=Judgement(
+                INCONCLUSIVE, f"no judged speedup at matched accuracy in {COSTS[claim.unit]} (needs 2 seeds)"
+            )
+        )
+    text = f"speedup at matched accuracy ({COSTS[claim.unit]}): " + "; ".join(
+        f"{s.budget} {s.format()}" for s in speedups
+    )
+    if timed and floor is not None and claim.size < floor.factor:
+        return _Evidence(early=Judgement(INCONCLUSIVE, text + _below_floor(claim, floor.factor)))
+    tests = []
+    for s in speedups:
+        lows, highs = [b[0] for b in s.seed_logs], [b[1] for b in s.seed_logs]
+        p_short = t_p_values(lows, highs, null=float(np.log(claim.size)))[1] if claim.size > 1 else None
+        p_up, p_down = (1.0 if p is None else p for p in (s.p_up, s.p_down))
+        tests.append(_Test(f"{s.budget}", p_up, p_down, p_short))
+    return _Evidence(tests, text=text)
+
+
+def _below_floor(claim: Claim, factor: float) -> str:
+    claimed = f"the claimed {claim.size:g}x" if claim.size > 1 else "any speed-up"
+    return f": {claimed} is below this study's timing noise floor ({factor:.2f}x between identical runs)"
+
+
+def _decide(evidence: _Evidence, adjusted: Mapping[tuple[int, str], float], size: float, family: str) -> Judgement:
+    """The verdict from the Holm-adjusted p-values of the evidence's tests (`adjusted[(test index, kind)]`)."""
+    agree, against = [], []
+    for i, test in enumerate(evidence.tests):
+        significant = adjusted[(i, "none")] < ALPHA
+        up, down = significant and test.p_up <= test.p_down, significant and test.p_down < test.p_up
+        short = test.p_short is not None and adjusted[(i, "short")] < ALPHA
+        agree.append(up and not short)
+        against.append(down or short)
+    short_note = f" (below the claimed {size:g}x)" if size > 1 else ""
+    if evidence.every:
+        consistent, contradicts = all(agree), any(against)
+    else:
+        consistent, contradicts = any(agree) and not any(against), any(against) and not any(agree)
+    least = min(min(adjusted[(i, "none")] for i in range(len(evidence.tests))), 1.0)
+    text = f"{evidence.text}; Holm-adjusted p = {least:.2g} ({family})"
+    if consistent:
+        return Judgement(CONSISTENT, text, family)
+    if contradicts:
+        short = short_note if any(t.p_short is not None for t in evidence.tests) else ""
+        return Judgement(CONTRADICTS, text + short, family)
+    return Judgement(INCONCLUSIVE, text + ": the interval is too wide to tell", family)
+
+
+def judge_claims(claims: Mapping[str, Sequence[Claim]], section: Section) -> dict[tuple[str, int], Judgement]:
+    """The verdict of every claim (`claims`: method -> its card's claims) on one study section, keyed by
+    (method, index). The comparisons of all of them are one family, Holm-adjusted together."""
+    study = study_conditions(section)
+    evidence = {
+        (method, i): _evidence(claim, section, method, study)
+        for method, listed in claims.items()
+        for i, claim in enumerate(listed)
+    }
+    keys, p_values = [], []
+    for key, found in evidence.items():
+        if found.early is None:
+            for i, test in enumerate(found.tests):
+                keys.append((key, i, "none"))
+                p_values.append(test.p_none)
+                if test.p_short is not None:
+                    keys.append((key, i, "short"))
+                    p_values.append(test.p_short)
+    adjusted = dict(zip(keys, holm(p_values)))
+    claims_tested = len({key for key, _, _ in keys})
+    family = f"Holm over {len(p_values)} tests of {claims_tested} claims in `{section.name}`"
+    verdicts = {}
+    for key, found in evidence.items():
+        if found.early is not None:
+            verdicts[key] = found.early
+            continue
+        mine = {(i, kind): p for (k, i, kind), p in adjusted.items() if k == key}
+        verdicts[key] = _decide(found, mine, claims[key[0]][key[1]].size, family)
+    return verdicts
 
 
 def judge(claim: Claim, section: Section, method: str) -> Judgement:
-    """The verdict of one claim on one study section, with its reason."""
-    if claim.not_here:
-        return Judgement(NOT_APPLICABLE, claim.not_here)
-    rows = _own(section, method)
-    if not rows:
-        return Judgement(NOT_APPLICABLE, f"`{section.name}` has no arm with {method} alone")
-    if claim.expects == "accuracy":
-        last = rows[-1]
-        delta = last.accuracy_delta
-        if delta is None or delta.low is None:
-            return Judgement(NOT_REPRODUCED, f"no paired interval at {last.budget_label} (n={last.n})")
-        text = f"Δ accuracy at {last.budget_label} {delta.format(scale=100)} pp (n={last.n})"
-        if _above(delta.low, 0):
-            return Judgement(REPRODUCED, text)
-        return Judgement(NOT_REPRODUCED, text + (": worse" if _below(delta.high, 0) else ": within noise"))
-    if claim.expects == "cost":
-        ratios = [(s.budget_label, s.flops_ratio if claim.unit == "flops" else s.speedup) for s in rows]
-        text = f"{COSTS[claim.unit]} ratio " + ", ".join(
-            f"{label} {r.format(digits=2, suffix='x') if r else 'n/a'}" for label, r in ratios
-        )
-        if all(r is not None and _above(r.low, claim.size) for _, r in ratios):
-            return Judgement(REPRODUCED, text)
-        if all(r is not None and _above(r.low, 1) for _, r in ratios):
-            return Judgement(NOT_REPRODUCED, text + f": cheaper, but not by the claimed {claim.size:g}x")
-        return Judgement(NOT_REPRODUCED, text)
-    curve = section.sweep_curve(method)
-    speedups = section.speedups_of(curve, claim.unit) if curve else []
-    judged = [s for s in speedups if s.verdict != "unknown"]
-    if not judged:
-        return Judgement(NOT_REPRODUCED, f"no speedup at matched accuracy in {COSTS[claim.unit]} (needs 2 seeds)")
-    text = f"speedup at matched accuracy ({COSTS[claim.unit]}): " + "; ".join(
-        f"{s.budget} {s.format()}" for s in judged
-    )
-    better = [s for s in judged if s.verdict == "better"]
-    worse = [s for s in judged if s.verdict == "worse"]
-    if better and not worse and any(_above(s.low, claim.size) for s in better):
-        return Judgement(REPRODUCED, text)
-    if better and not worse:
-        return Judgement(NOT_REPRODUCED, text + f": faster, but not by the claimed {claim.size:g}x")
-    return Judgement(NOT_REPRODUCED, text)
+    """The verdict of one claim on one study section, alone (a family of one: no correction)."""
+    return judge_claims({method: [claim]}, section)[(method, 0)]
 
 
-def claim_table(claims: Sequence[Claim], sections: Sequence[Section], method: str, level: str = "###") -> str:
-    """The card's claim table: one verdict column per study section that ran the method alone (or one
-    column saying that none did)."""
+def claim_table(
+    claims: Sequence[Claim],
+    sections: Sequence[Section],
+    method: str,
+    level: str = "###",
+    judgements: Mapping[str, Mapping[tuple[str, int], Judgement]] | None = None,
+) -> str:
+    """The card's claim table: one verdict column per study section that ran the method alone (or one column
+    saying that none did). `judgements` (section name -> `judge_claims` of every card on it) carries the
+    verdicts of the study's whole family; without it the card's claims are their own family."""
     if not claims:
         return ""
     sections = [s for s in sections if _own(s, method)]
@@ -167,18 +358,21 @@ def claim_table(claims: Sequence[Claim], sections: Sequence[Section], method: st
         f"{level} Claims",
         "",
         "What the method's authors or Composer report, each judged on the method's own arm "
-        "(`cadence_harness.reading.claims`): reproduced only where the 95% interval supports it.",
+        f"(`cadence_harness.reading.claims`): {', '.join(f'*{v}*' for v in VERDICTS)}. Consistent needs the "
+        "95% interval to exclude no effect and keep the claimed factor; the claims of all cards on a study are one "
+        "family, Holm-corrected. A FLOPs claim that holds by design is labelled *by construction*.",
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join(["---"] * len(head)) + " |",
     ]
-    for claim in claims:
+    given = judgements or {s.name: judge_claims({method: claims}, s) for s in sections}
+    for index, claim in enumerate(claims):
         expects = claim.expects + ("" if claim.unit == "flops" or claim.expects == "accuracy" else f" ({claim.unit})")
         cells = []
         for section in sections:
-            judgement = judge(claim, section, method)
+            judgement = given[section.name][(method, index)]
             cells.append(f"**{judgement.verdict}**: {judgement.reason}")
         if not sections:
-            cells.append(f"**{NOT_APPLICABLE}**: {claim.not_here or 'no study measured the method alone'}")
+            cells.append(f"**{NOT_TESTABLE}**: {claim.not_here or 'no study measured the method alone'}")
         lines.append("| " + " | ".join([claim.claim, claim.source, expects, *cells]) + " |")
     return "\n".join(lines) + "\n"

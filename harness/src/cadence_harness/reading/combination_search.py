@@ -3,7 +3,9 @@
 A recipe is judged as the issue that asked for it states: by how much less its curve needs to reach
 the **baseline's best accuracy** than the baseline's curve does (cost to reach it, read off each mean
 curve made monotone and interpolated against log cost, as `cadence_harness.reading.tradeoff` does), with a
-paired percentile bootstrap over seeds. A recipe *qualifies* at >= 1.5x with the interval above 1.
+paired t-interval over seeds on the log speedups of each seed pair (seed i's arm curve against seed i's
+baseline curve at that seed's best accuracy; `cadence_harness.reading.stats`). A recipe *qualifies* at
+>= 1.5x with the interval above 1.
 
 The search (`greedy_search`), over the records a study already holds:
 
@@ -40,8 +42,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cadence_harness.reading.stats import paired_log_interval
 from cadence_harness.reading.summaries import Section
-from cadence_harness.reading.tradeoff import COSTS, Curve, bootstrap_interval, cost_to_reach, paired_by_seed
+from cadence_harness.reading.tradeoff import COSTS, Curve, cost_to_reach, paired_by_seed
 
 __all__ = [
     "QUALIFYING_SPEEDUP",
@@ -89,6 +92,7 @@ class TargetSpeedup:
     def _format(self) -> str:
         if self.value is None and self.at_least is not None:
             interval = f" [{self.low:.2f}, unbounded]" if self.low is not None else f" ({self.n} seed: no interval)"
+            interval = interval.replace("]", f"] n={self.n}") if self.low is not None else interval
             return f">= {self.at_least:.2f}x (above {self.target:.1%} already at its shortest budget){interval}"
         if self.value is None:
             return f"does not reach {self.target:.1%}" + (f" (< {self.high:.2f}x)" if self.high else "")
@@ -96,7 +100,7 @@ class TargetSpeedup:
             return f"{self.value:.2f}x ({self.n} seed: no interval)"
         low = "unbounded" if self.low == 0 else f"{self.low:.2f}"  # a resample never reached the target
         high = "unbounded" if math.isinf(self.high) else f"{self.high:.2f}"
-        return f"{self.value:.2f}x [{low}, {high}]"
+        return f"{self.value:.2f}x [{low}, {high}] n={self.n}"
 
 
 def _ratio(base_cost: np.ndarray, base_acc: np.ndarray, cost: np.ndarray, acc: np.ndarray) -> tuple[float, float]:
@@ -113,10 +117,9 @@ def _ratio(base_cost: np.ndarray, base_acc: np.ndarray, cost: np.ndarray, acc: n
     return math.log(needed / float(np.min(cost))), math.inf  # less than its shortest
 
 
-def speedup_at_baseline_best(
-    arm: Curve, base: Curve, unit: str, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
-) -> TargetSpeedup | None:
-    """`arm`'s speedup at the baseline's best mean accuracy in `unit`, with a paired bootstrap over seeds."""
+def speedup_at_baseline_best(arm: Curve, base: Curve, unit: str, confidence: float = 0.95) -> TargetSpeedup | None:
+    """`arm`'s speedup at the baseline's best mean accuracy in `unit`, with a paired t-interval over seeds (each
+    seed pair read at its baseline seed's best accuracy)."""
     paired = paired_by_seed(arm, base, unit)
     if paired is None:
         return None
@@ -128,14 +131,9 @@ def speedup_at_baseline_best(
     if len(a_acc) < 2:
         bound = math.exp(high) if value is None and at_least is None else None
         return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least, arm.cyclic)
-    interval = bootstrap_interval(
-        lambda r: _ratio(b_cost[r].mean(0), b_acc[r].mean(0), a_cost[r].mean(0), a_acc[r].mean(0)),
-        len(a_acc),
-        confidence,
-        resamples,
-        seed,
-    )
-    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, *interval, at_least=at_least, cyclic=arm.cyclic)
+    bounds = [_ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i]) for i in range(len(a_acc))]
+    low_end, high_end, _, _ = paired_log_interval(bounds, confidence)
+    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, low_end, high_end, at_least, arm.cyclic)
 
 
 @dataclass

@@ -9,13 +9,20 @@ A summary never pools different configurations:
   section per study, whose header names only the settings every run of it shares (a second machine
   is named with its run count); the budget, when it varies, is a column;
 * each arm is compared with the baseline of its own configuration on the same seeds, and its
-  tradeoff curve with the baseline's curve of its family (`cadence_harness.reading.tradeoff`).
+  tradeoff curve with the baseline's curve of its family (`cadence_harness.reading.tradeoff`);
+* the better/worse cells of a section's speedup tables are one family: their p-values are adjusted
+  together (Benjamini-Hochberg) before a cell is called better or worse;
+* an *identity arm* (one whose runs compute exactly a baseline run: the same seed, run length, final
+  accuracy and FLOPs, under another budget's name, e.g. Scale Schedule at ratio 0.5 against the
+  baseline's half budget) measures nothing but the machine: its time ratios are the section's timing
+  noise floor (`NoiseFloor`), shown instead of speedups.
 
 See `cadence_harness.reading.stats` for which interval is used where.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -24,15 +31,16 @@ from dataclasses import dataclass, field
 from cadence_harness.reading.peaks import peak_fraction
 from cadence_harness.reading.stats import (
     Interval,
+    benjamini_hochberg,
     log_t_interval,
-    paired_bootstrap_ratio,
     paired_t_difference,
+    paired_t_ratio,
     t_interval,
 )
-from cadence_harness.reading.tradeoff import COSTS, Curve, Speedup, curves_from_records, matched_speedups
+from cadence_harness.reading.tradeoff import COSTS, Curve, Speedup, curves_from_records, floor_of, matched_speedups
 from cadence_harness.records import RunRecord, budget_value, latest_per_config
 
-__all__ = ["SETTINGS", "ArmSummary", "Section", "sections_of", "summarize"]
+__all__ = ["SETTINGS", "ArmSummary", "NoiseFloor", "Section", "identity_arms", "sections_of", "summarize"]
 
 
 SETTINGS = ("model", "data", "subset", "eval_subset", "duration", "batch_size", "precision", "device_name")
@@ -161,10 +169,10 @@ def _compare(summary: ArmSummary, arm: list[RunRecord], base: list[RunRecord]) -
     for key, attribute in (("final/train_s", "speedup"), ("final/flops", "flops_ratio")):
         cost, base_cost = _paired(arm, base, key)
         if cost:
-            setattr(summary, attribute, paired_bootstrap_ratio(base_cost, cost))
+            setattr(summary, attribute, paired_t_ratio(base_cost, cost))
     reach, base_reach = _paired(arm, base, "final/time_to_target_s")
     if reach:
-        summary.speedup_to_target = paired_bootstrap_ratio(base_reach, reach)
+        summary.speedup_to_target = paired_t_ratio(base_reach, reach)
 
 
 def _order(summary: ArmSummary) -> tuple[object, ...]:
@@ -187,6 +195,84 @@ def summarize(records: Sequence[RunRecord]) -> list[ArmSummary]:
     return sorted(summaries, key=_order)
 
 
+# The timing null --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NoiseFloor:
+    """The time ratios (baseline time / arm time) of runs that compute exactly what a baseline run computes."""
+
+    arms: tuple[str, ...]
+    ratios: tuple[tuple[str, int, float], ...]  # (the arm's budget, seed, ratio)
+
+    @property
+    def factor(self) -> float:
+        """The largest factor by which two identical computations differed in time (>= 1)."""
+        return max(math.exp(abs(math.log(r))) for _, _, r in self.ratios)
+
+    def format(self) -> str:
+        shown = ", ".join(f"{r:.2f}" for _, _, r in self.ratios)
+        return (
+            f"Timing noise floor: {' and '.join(self.arms)} computes exactly the baseline's runs (same seed, run "
+            f"length, accuracy and FLOPs), yet its time ratios were {shown} (n={len(self.ratios)} pairs): identical "
+            f"computations differed in time by up to {self.factor:.2f}x. Time speedups of that size are timing noise, "
+            "and time claims smaller than it are inconclusive here."
+        )
+
+
+_SAME = ("final/accuracy", "final/flops")  # what an identity arm's run and its baseline twin share exactly
+
+
+def identity_arms(records: Sequence[RunRecord]) -> NoiseFloor | None:
+    """The arms of `records` whose runs repeat a baseline run of the same seed and run length (``max_duration``)
+    under another budget's name with the same final accuracy and FLOPs (two such pairs or more, and none that
+    differs), and their time ratios; None where there is none. Same-budget arms are never identities: a method
+    that changes how (not what) the machine computes, channels_last say, may give the same numbers, and its time
+    difference is its effect."""
+    base = {
+        (r.seed, r.params.get("max_duration"), r.family_hash): r
+        for r in records
+        if r.arm == "baseline" and not r.cycles
+    }
+    by_arm: dict[str, list[RunRecord]] = defaultdict(list)
+    for record in records:
+        if record.arm != "baseline" and not record.cycles:
+            by_arm[record.arm].append(record)
+    arms, ratios = [], []
+    for arm, runs in sorted(by_arm.items()):
+        pairs = []
+        for run in runs:
+            twin = base.get((run.seed, run.params.get("max_duration"), run.family_hash))
+            if twin is None or twin.budget == run.budget:
+                continue  # nothing the baseline ran for as long under another budget's name
+            same = all(run.metrics.get(k) is not None and run.metrics.get(k) == twin.metrics.get(k) for k in _SAME)
+            times = twin.metrics.get("final/train_s"), run.metrics.get("final/train_s")
+            if not same or not times[0] or not times[1]:
+                break  # one run that differs: the arm computes something else
+            pairs.append((run.budget, run.seed, times[0] / times[1]))
+        else:
+            if len(pairs) >= 2:
+                arms.append(arm)
+                ratios += sorted(pairs, key=lambda p: (budget_value(p[0]), p[1]))
+    return NoiseFloor(tuple(arms), tuple(ratios)) if arms else None
+
+
+def _adjust(section: Section) -> None:
+    """Leave the identity arms' time cells out (they are the noise floor) and adjust the p-values of every other
+    judged cell of the section together (Benjamini-Hochberg): the q-values decide better and worse."""
+    identities = set(section.noise_floor.arms) if section.noise_floor else set()
+    cells = []
+    for (curve_hash, unit), speedups in section.speedups.items():
+        arm = next(c.arm for c in section.curves if c.curve_hash == curve_hash)
+        if arm in identities and unit != "flops":
+            reason = "identity arm: its time ratio is the study's timing noise, not a speedup"
+            section.speedups[(curve_hash, unit)] = [dataclasses.replace(s, left_out=reason) for s in speedups]
+            continue
+        cells += [(curve_hash, unit, j) for j, s in enumerate(speedups) if s.p is not None and not s.left_out]
+    q_values = benjamini_hochberg([section.speedups[(h, u)][j].p for h, u, j in cells])  # type: ignore[misc]
+    for (curve_hash, unit, j), q in zip(cells, q_values):
+        row = section.speedups[(curve_hash, unit)]
+        row[j] = dataclasses.replace(row[j], q=q)
+
+
 # Sections: one per study (family) ----------------------------------------------------------
 @dataclass
 class Section:
@@ -199,6 +285,8 @@ class Section:
     records: list[RunRecord]
     curves: list[Curve] = field(default_factory=list)
     speedups: dict[tuple[str, str], list[Speedup]] = field(default_factory=dict)  # (curve hash, unit) -> per budget
+    noise_floor: NoiseFloor | None = None  # the timing noise of identical computations, when an identity arm shows it
+    floor: float | None = None  # the accuracy of a constant prediction (`tradeoff.floor_of`), left out of speedups
 
     @property
     def has_tradeoff(self) -> bool:
@@ -251,10 +339,15 @@ def sections_of(records: Sequence[RunRecord], summaries: Sequence[ArmSummary] | 
             runs = [r for r in kept if r.experiment == experiment and r.family_hash == family]
             name = f"{experiment} ({names[family]})" if names[family] else experiment
             section = Section(experiment, family, name, rows, runs, curves_from_records(runs))
+            section.noise_floor = identity_arms(runs)
+            sweep = section.sweep_curve("baseline")
+            section.floor = floor_of(sweep) if sweep is not None else None
             for curve in section.curves:
                 base = section.baseline_curve(curve)
                 if base is not None and curve.arm != "baseline":
                     for unit in COSTS:
-                        section.speedups[(curve.curve_hash, unit)] = matched_speedups(curve, base, unit)
+                        floor = section.floor if not curve.cyclic else floor_of(base)
+                        section.speedups[(curve.curve_hash, unit)] = matched_speedups(curve, base, unit, floor=floor)
+            _adjust(section)
             sections.append(section)
     return sections

@@ -1,7 +1,8 @@
 """The report's text: section headers that claim only what every run shares, tables, and CSV files.
 
-95% intervals: ``±`` for Student-t intervals, ``[low, high]`` for bootstrap intervals. A ratio
-or speedup is printed only with its interval: with one seed, not at all.
+95% intervals, all Student-t: ``±`` on the values, ``[low, high]`` on the log scale (costs) or on the per-seed
+log-ratios (ratios and speedups, with n). A ratio or speedup is printed only with its interval: with one
+seed, not at all.
 """
 
 from __future__ import annotations
@@ -209,8 +210,10 @@ def tradeoff_markdown(section: Section) -> str:
         "",
         "Every arm's curve: final accuracy at each budget (mean, 95% t-interval over seeds) and what the budget cost. "
         "Speedup at matched accuracy: the cost the baseline's curve needs to reach the arm's accuracy (monotone, "
-        "interpolated in log cost, never extrapolated) over the arm's cost, with a paired percentile bootstrap over "
-        "seeds on the log scale.",
+        "interpolated in log cost, never extrapolated) over the arm's cost, with a paired t-interval over seeds on "
+        "the per-seed log speedups (n beside it) and its Benjamini-Hochberg q-value over all of the study's cells: "
+        "a cell is better or worse only where q < 0.05. Points at the study's accuracy floor (every baseline seed "
+        "at the same accuracy: a constant prediction) are left out.",
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join(["---"] * len(head)) + " |",
@@ -246,6 +249,8 @@ def tradeoff_markdown(section: Section) -> str:
             "| " + " | ".join(["---"] * (len(units) + 1)) + " |",
             *("| " + " | ".join(v) + " |" for v in verdicts),
         ]
+    if section.noise_floor is not None:
+        lines += ["", "### Timing noise floor", "", section.noise_floor.format()]
     lines += ["", "### Pareto front over all arms", ""]
     for unit in units:
         front = pareto_points(section.curves, unit)

@@ -10,38 +10,50 @@ geometric). It is never extrapolated: an accuracy above the baseline's best or b
 budget is "beyond the baseline's range", and only a bound is known (the baseline would need more
 than its longest budget, or less than its shortest).
 
-The interval is a paired percentile bootstrap over seeds (an arm and its baseline share a seed's
-data order and initialisation): seeds are resampled with replacement, the same seeds for the arm
-and the baseline at every budget, and the 2.5th and 97.5th percentiles of the log speedup bound
-it, so it never crosses zero. A resample beyond the baseline's range enters with its bound on the
-side where the bound is safe, and as unbounded on the other. With n seeds there are only
-C(2n-1, n) distinct resamples (10 for n = 3): each is computed once and weighted by how often it
-was drawn. With one seed there is no interval and no speedup is reported.
+The interval is a paired Student-t interval on the log speedups of the seeds (an arm and its baseline
+share a seed's data order and initialisation): seed i's speedup reads the arm's seed-i point against
+the baseline's seed-i curve, and ``exp(mean ± t(0.975, n-1) · s / √n)`` of their logs bounds it, so it
+never crosses zero (`cadence_harness.reading.stats`: the same family as every other paired comparison).
+A seed beyond the baseline's range enters with its bound on the side where the bound is safe, and
+leaves the other side unbounded. The point is the speedup of the mean curves (MosaicML's figure).
+With one seed there is no interval and no speedup is reported.
 
-A point is *better* when its interval lies above 1, *worse* when it lies below 1, else *within
-noise*. An arm *dominates* the baseline when every budget is better, is *dominated* when every
-budget is worse, and *crosses* it when some budgets are better and others worse.
+A point at the section's *floor* (an accuracy every seed of the baseline reports exactly at some
+budget: a constant prediction, chance or a plateau, e.g. BERT's 50.92% on SST-2 at 40 batches) is
+left out: matching accuracy there says nothing about speed.
+
+A point is *better* when its speedup is significantly above 1, *worse* when significantly below,
+else *within noise*. Read alone, significant means the 95% interval excludes 1; in a section, the
+two-sided p-values of all its cells are adjusted together (Benjamini-Hochberg,
+`cadence_harness.reading.summaries.sections_of`) and significant means q < 0.05. An arm *dominates*
+the baseline when every budget is better, is *dominated* when every budget is worse, and *crosses*
+it when some budgets are better and others worse.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from cadence_harness.reading.stats import Interval, log_t_interval, paired_t_difference, t_interval
+from cadence_harness.reading.stats import (
+    Interval,
+    log_t_interval,
+    paired_log_interval,
+    paired_t_difference,
+    t_interval,
+)
 from cadence_harness.records import RunRecord, budget_value
 
 __all__ = [
     "COSTS",
+    "SIGNIFICANCE",
     "Curve",
     "CyclicCheck",
     "Speedup",
-    "bootstrap_interval",
     "cost_to_reach",
     "curves_from_records",
     "cyclic_checks",
@@ -53,6 +65,7 @@ __all__ = [
 ]
 
 COSTS = {"flops": "FLOPs", "train_s": "training time", "cpu_s": "CPU time"}  # unit -> what it is
+SIGNIFICANCE = 0.05  # a (corrected) p-value below it is "better" or "worse"
 _FINAL = {"flops": "final/flops", "train_s": "final/train_s", "cpu_s": "final/cpu_s"}
 
 
@@ -200,45 +213,45 @@ class Speedup:
     beyond: str = ""  # "above" (more accurate than the baseline's best) or "below" (less than its shortest budget)
     low: float | None = None  # may be 0 or inf: a side the baseline's range leaves open
     high: float | None = None
+    p_up: float | None = None  # one-sided t-test p-value that the speedup is above 1
+    p_down: float | None = None  # ... below 1
+    q: float | None = None  # the two-sided p adjusted over the section's cells (Benjamini-Hochberg); None: alone
+    left_out: str = ""  # why the point is not judged (at the section's floor), else ""
+    seed_logs: tuple[tuple[float, float], ...] = ()  # each seed's safe (low, high) log speedup
+
+    @property
+    def p(self) -> float | None:
+        """Two-sided p-value against no speed-up."""
+        if self.p_up is None or self.p_down is None:
+            return None
+        return min(1.0, 2 * min(self.p_up, self.p_down))
 
     @property
     def verdict(self) -> str:
-        if self.low is None or self.high is None:
+        if self.left_out or self.low is None or self.high is None:
             return "unknown"
-        if self.low > 1:
-            return "better"
-        if self.high < 1:
-            return "worse"
-        return "within noise"
+        if self.q is None:  # read alone: the interval decides
+            return "better" if self.low > 1 else "worse" if self.high < 1 else "within noise"
+        if self.q >= SIGNIFICANCE:
+            return "within noise"
+        return "better" if (self.p_up or 0.0) <= (self.p_down or 0.0) else "worse"
 
     def format(self) -> str:
+        if self.left_out:
+            return f"left out ({self.left_out})"
         if self.n < 2 or self.low is None or self.high is None:
             return f"— ({self.n} seed{'s' if self.n != 1 else ''}: no interval)"
-        ends = [_number(self.low), _number(self.high)]
+        ends = f"[{_number(self.low)}, {_number(self.high)}] n={self.n}"
+        if self.q is not None:
+            ends += f", q={self.q:.2g}"
         if self.value is None:
             side = "above its best" if self.beyond == "above" else "below its shortest budget"
-            return f"beyond the baseline's range ({side}) [{ends[0]}, {ends[1]}]"
-        return f"{self.value:.2f}x [{ends[0]}, {ends[1]}]"
+            return f"beyond the baseline's range ({side}) {ends}"
+        return f"{self.value:.2f}x {ends}"
 
 
 def _number(value: float) -> str:
     return "beyond range" if value in (0.0, math.inf) else f"{value:.2f}"
-
-
-@functools.lru_cache(maxsize=16)
-def _resamples(n: int, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct seed resamples of `resamples` draws (as sorted index rows) and how often each was drawn
-    (the same for every curve of a report: drawn once)."""
-    draws = np.sort(np.random.default_rng(seed).integers(0, n, size=(resamples, n)), axis=1)
-    rows, counts = np.unique(draws, axis=0, return_counts=True)
-    return rows, counts
-
-
-def _percentile(values: Sequence[float], counts: np.ndarray, q: float) -> float:
-    """The `q` quantile of `values` drawn `counts` times; an unbounded side (±inf) stays unbounded."""
-    far = 1e9  # a stand-in for infinity that interpolation cannot turn into NaN
-    value = float(np.quantile(np.repeat(np.clip(values, -far, far), counts), q))
-    return math.copysign(math.inf, value) if abs(value) > far / 10 else value
 
 
 def paired_by_seed(arm: Curve, base: Curve, unit: str) -> tuple[np.ndarray, ...] | None:
@@ -251,21 +264,24 @@ def paired_by_seed(arm: Curve, base: Curve, unit: str) -> tuple[np.ndarray, ...]
     return arm.accuracy[pick_a], arm.costs[unit][pick_a], base.accuracy[pick_b], base.costs[unit][pick_b]
 
 
-def bootstrap_interval(
-    log_bounds: Callable[[np.ndarray], tuple[float, float]], n: int, confidence: float, resamples: int, seed: int
-) -> tuple[float, float]:
-    """The paired percentile bootstrap of a speedup: `log_bounds(seed rows)` gives its safe (low, high) log on
-    one resample; returns the interval's ends as ratios (0 or inf where a side stays unbounded)."""
-    rows, counts = _resamples(n, resamples, seed)
-    lows, highs = zip(*(log_bounds(r) for r in rows))
-    alpha = (1 - confidence) / 2
-    return math.exp(_percentile(lows, counts, alpha)), math.exp(_percentile(highs, counts, 1 - alpha))
+def floor_of(base: Curve) -> float | None:
+    """The accuracy every seed of the baseline reports exactly at some budget (a constant prediction: chance,
+    or a plateau), the highest such; None where there is none (or one seed)."""
+    if base.n < 2:
+        return None
+    flat = [
+        float(base.accuracy[0, j])
+        for j in range(len(base.budgets))
+        if np.all(base.accuracy[:, j] == base.accuracy[0, j])
+    ]
+    return max(flat) if flat else None
 
 
 def matched_speedups(
-    arm: Curve, base: Curve, unit: str, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
+    arm: Curve, base: Curve, unit: str, confidence: float = 0.95, floor: float | None = None
 ) -> list[Speedup]:
-    """For each budget of `arm`: the baseline's cost to reach its accuracy / its cost, with a bootstrap interval."""
+    """For each budget of `arm`: the baseline's cost to reach its accuracy / its cost, with a paired t-interval
+    over seeds. A point whose mean accuracy is at or below `floor` (`floor_of` the baseline) is left out."""
     paired = paired_by_seed(arm, base, unit)
     if paired is None:
         return []
@@ -273,21 +289,21 @@ def matched_speedups(
     n = len(a_acc)
     speedups = []
     for j, budget in enumerate(arm.budgets):
-        needed, beyond = cost_to_reach(b_cost.mean(0), b_acc.mean(0), float(a_acc[:, j].mean()))
+        accuracy = float(a_acc[:, j].mean())
+        if floor is not None and accuracy <= floor + 1e-12:
+            reason = f"at the baseline's floor {floor:.2%}, a constant prediction"
+            speedups.append(Speedup(arm.arm, budget, unit, n, None, left_out=reason))
+            continue
+        needed, beyond = cost_to_reach(b_cost.mean(0), b_acc.mean(0), accuracy)
         value = needed / float(a_cost[:, j].mean()) if needed is not None else None
         if n < 2:
             speedups.append(Speedup(arm.arm, budget, unit, n, None, beyond))
             continue
-        low, high = bootstrap_interval(
-            lambda r, j=j: _log_speedup(
-                b_cost[r].mean(0), b_acc[r].mean(0), float(a_acc[r, j].mean()), float(a_cost[r, j].mean())
-            ),
-            n,
-            confidence,
-            resamples,
-            seed,
+        bounds = [_log_speedup(b_cost[i], b_acc[i], float(a_acc[i, j]), float(a_cost[i, j])) for i in range(n)]
+        low, high, p_up, p_down = paired_log_interval(bounds, confidence)
+        speedups.append(
+            Speedup(arm.arm, budget, unit, n, value, beyond, low, high, p_up, p_down, seed_logs=tuple(bounds))
         )
-        speedups.append(Speedup(arm.arm, budget, unit, n, value, beyond, low, high))
     return speedups
 
 
@@ -295,7 +311,8 @@ def verdict(speedups: Sequence[Speedup]) -> str:
     """dominates / dominated / crosses / within noise, with the budgets behind it."""
     judged = [s for s in speedups if s.verdict != "unknown"]
     if not judged:
-        return "— (needs 2 seeds)"
+        reasons = {s.left_out for s in speedups}
+        return f"left out ({reasons.pop()})" if len(reasons) == 1 and "" not in reasons else "— (needs 2 seeds)"
     better = [s.budget for s in judged if s.verdict == "better"]
     worse = [s.budget for s in judged if s.verdict == "worse"]
     total = len(judged)

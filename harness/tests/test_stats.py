@@ -1,0 +1,58 @@
+"""The interval family and the multiplicity corrections, on numbers worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cadence_harness.reading.stats import (
+    benjamini_hochberg,
+    holm,
+    paired_log_interval,
+    paired_t_difference,
+    paired_t_ratio,
+    t_bounds,
+    t_interval,
+    t_p_values,
+)
+
+
+def test_intervals() -> None:
+    single = t_interval([0.5])
+    assert single.low is None and single.format(scale=100) == "50.00"
+    interval = t_interval([1.0, 2.0, 3.0])
+    assert interval.mean == 2.0 and interval.format() == "2.00 ± 2.48"
+    assert paired_t_difference([2.0, 3.0], [1.0, 1.0]).mean == 1.5
+    assert t_interval([]).format() == "n/a"
+
+
+def test_a_ratio_is_the_geometric_mean_of_the_paired_ratios_with_a_t_interval_on_their_logs() -> None:
+    same = paired_t_ratio([10.0, 12.0, 11.0], [5.0, 6.0, 5.5])
+    assert same.mean == pytest.approx(2.0) and same.low == pytest.approx(2.0) and same.high == pytest.approx(2.0)
+    ratio = paired_t_ratio([2.0, 4.0, 8.0], [1.0, 1.0, 1.0])  # ratios 2, 4, 8: logs log 2 * (1, 2, 3)
+    half = 4.302652729911275 * math.log(2) / math.sqrt(3)  # t(0.975, 2) · s / √n with s = log 2
+    assert ratio.mean == pytest.approx(4.0) and ratio.n == 3
+    assert ratio.low == pytest.approx(4.0 / math.exp(half)) and ratio.high == pytest.approx(4.0 * math.exp(half))
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_t_ratio([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="positive values"):
+        paired_t_ratio([0.0, 1.0], [1.0, 1.0])
+
+
+def test_bounds_leave_a_side_open_where_a_seed_is_only_bounded() -> None:
+    assert t_bounds([0.0, 0.0], [0.0, math.inf]) == (0.0, math.inf)
+    low, high = t_bounds([-math.inf, 0.1], [0.2, 0.1])
+    assert low == -math.inf and high == pytest.approx(t_interval([0.2, 0.1]).high)
+    low, high, p_up, p_down = paired_log_interval([(0.5, 0.5), (0.7, 0.7), (0.6, 0.6)])
+    assert low > 1 and p_up < 0.025 < p_down  # exp(0.6 ± 0.25)
+    assert t_p_values([1.0, 1.0], [1.0, 1.0]) == (0.0, 1.0)  # no spread: the sign decides
+
+
+def test_holm_and_benjamini_hochberg_match_their_definitions() -> None:
+    p = [0.01, 0.04, 0.03, 0.005]
+    # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1, made monotone: 0.02, 0.03, 0.06, 0.06
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # BH: sorted p * 4 / rank: 0.02, 0.02, 0.04, 0.04 (monotone from the top)
+    assert benjamini_hochberg(p) == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert holm([]) == [] and benjamini_hochberg([0.5]) == [0.5]
