@@ -159,7 +159,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     print(result.summary())
     for spec, reason in result.failed:
         print(f"FAILED {spec.run_name}: {reason.strip().splitlines()[-1] if reason.strip() else reason}")
-    return 1 if result.failed else 0
+    return 130 if result.interrupted else 1 if result.failed else 0  # 130: interrupted, as a shell says
 
 
 def _search(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ the batch the same).
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -32,7 +33,13 @@ from cadence_harness.running.membership import StudyMembership
 from cadence_harness.running.plan import expand
 from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
 from cadence_harness.running.recipe import Recipe, RecipeError
-from cadence_harness.running.runners import run_one_in_process, run_one_in_subprocess, warm_up_process
+from cadence_harness.running.runners import (
+    KILLED,
+    Interruption,
+    run_one_in_process,
+    run_one_in_subprocess,
+    warm_up_process,
+)
 from cadence_harness.running.runspec import RunSpec, config_hash
 from cadence_harness.running.tracking import finished_config_hashes, resolve_tracking_uri
 
@@ -87,9 +94,16 @@ class GridResult:
     skipped: list[RunSpec] = field(default_factory=list)
     finished: list[RunSpec] = field(default_factory=list)
     failed: list[tuple[RunSpec, str]] = field(default_factory=list)
-    not_started: list[RunSpec] = field(default_factory=list)  # left for the next call by the time limit
+    not_started: list[RunSpec] = field(default_factory=list)  # left for the next call (time limit, Ctrl-C)
+    killed: list[RunSpec] = field(default_factory=list)  # running when the grid was interrupted: recorded KILLED
+    interrupted: bool = False
 
     def summary(self) -> str:
+        if self.interrupted:
+            return (
+                f"interrupted: {len(self.finished)} runs finished now, {len(self.killed)} killed (recorded KILLED), "
+                f"{len(self.failed)} failed, {len(self.not_started)} not started; run the same command again to resume"
+            )
         text = (
             f"{self.planned} runs planned: {len(self.skipped)} already finished (skipped), "
             f"{len(self.finished)} finished now, {len(self.failed)} failed"
@@ -178,34 +192,65 @@ def run_grid(
     if not isolate and todo and recipe.device == "gpu":  # one-time costs of the process, in no recorded run
         bar.write(f"  warmed up the process in {warm_up_process(todo[0], data_dir=data_dir, download=download):.1f} s")
 
+    interruption = Interruption()
+    current: list[RunSpec] = []  # the run in this process, if any (in-process grids)
+
     def launch(spec: RunSpec) -> tuple[RunSpec, str | None, float]:
-        if deadline is not None and time.monotonic() > deadline:
+        if interruption.interrupted or (deadline is not None and time.monotonic() > deadline):
             return spec, _NOT_STARTED, 0.0
         started = time.perf_counter()
         run_tags = {**tags, **membership.tags(spec.config_hash, spec.arm_name)}
         if isolate:
             reason = run_one_in_subprocess(
                 spec, uri=uri, log_dir=Path(log_dir), tags=run_tags, data_dir=data_dir, download=download,
-                timeout_s=timeout_s,
+                timeout_s=timeout_s, interruption=interruption,
             )  # fmt: skip
         else:
+            current[:] = [spec]
             reason = run_one_in_process(spec, uri=uri, tags=run_tags, data_dir=data_dir, download=download)
+            current.clear()
         return spec, reason, time.perf_counter() - started
 
+    recorded: set[str] = set()  # config hashes whose outcome is counted (a Ctrl-C may land anywhere)
+
+    def record(spec: RunSpec, reason: str | None, elapsed: float) -> None:
+        if spec.config_hash in recorded:
+            return
+        recorded.add(spec.config_hash)
+        if reason is _NOT_STARTED:
+            result.not_started.append(spec)
+        elif reason is None:
+            result.finished.append(spec)
+            if records is not None:
+                export_runs(uri, recipe.name, records, config_hashes=[spec.config_hash])
+            bar.write(f"  finished {spec.run_name} in {elapsed:.1f} s")
+        elif reason == KILLED:
+            result.killed.append(spec)
+        else:
+            result.failed.append((spec, reason))
+            last = reason.strip().splitlines()[-1] if reason.strip() else reason
+            bar.write(f"  FAILED   {spec.run_name} after {elapsed:.0f} s: {last}")
+        bar.update(1)
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        ran = (f.result() for f in as_completed(pool.submit(launch, s) for s in todo)) if isolate else map(launch, todo)
-        for spec, reason, elapsed in ran:
-            if reason is _NOT_STARTED:
-                result.not_started.append(spec)
-            elif reason is None:
-                result.finished.append(spec)
-                if records is not None:
-                    export_runs(uri, recipe.name, records, config_hashes=[spec.config_hash])
-                bar.write(f"  finished {spec.run_name} in {elapsed:.1f} s")
-            else:
-                result.failed.append((spec, reason))
-                last = reason.strip().splitlines()[-1] if reason.strip() else reason
-                bar.write(f"  FAILED   {spec.run_name} after {elapsed:.0f} s: {last}")
-            bar.update(1)
+        futures = [pool.submit(launch, s) for s in todo] if isolate else []
+        try:
+            for spec, reason, elapsed in (f.result() for f in as_completed(futures)) if isolate else map(launch, todo):
+                record(spec, reason, elapsed)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: no run starts, running ones are recorded KILLED
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup
+            try:
+                result.interrupted = True
+                interruption.interrupt()
+                for spec in current:  # in this process: the Trainer recorded it KILLED
+                    record(spec, KILLED, 0.0)
+                for future in futures:  # the workers record theirs KILLED and exit; the rest never start
+                    record(*future.result())
+                for spec in todo:
+                    record(spec, _NOT_STARTED, 0.0)
+                if records is not None:  # every run that finished, whatever the moment of the interrupt
+                    export_runs(uri, recipe.name, records, config_hashes=[s.config_hash for s in todo])
+            finally:
+                signal.signal(signal.SIGINT, previous)
     bar.close()
     return result

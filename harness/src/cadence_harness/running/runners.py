@@ -8,10 +8,13 @@ half the microbatch.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,9 +22,67 @@ from cadence_harness.records import TAG
 from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.tracking import mark_failed
 
-__all__ = ["OOM_EXIT_CODE", "run_one_in_process", "run_one_in_subprocess", "run_worker", "warm_up_process"]
+__all__ = [
+    "KILLED",
+    "OOM_EXIT_CODE",
+    "Interruption",
+    "run_one_in_process",
+    "run_one_in_subprocess",
+    "run_worker",
+    "warm_up_process",
+]
 
 OOM_EXIT_CODE = 3
+KILLED = "killed: the grid was interrupted (Ctrl-C or SIGTERM); the run is recorded KILLED"
+
+
+class Interruption:
+    """A grid's Ctrl-C as its runs see it: once `interrupt` is called no run starts, and every worker process
+    running gets SIGINT, records its run KILLED and exits (killed outright after `grace_s` seconds)."""
+
+    def __init__(self, grace_s: float = 60.0) -> None:
+        self.grace_s = grace_s
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._workers: set[subprocess.Popen[bytes]] = set()
+
+    @property
+    def interrupted(self) -> bool:
+        return self._event.is_set()
+
+    def interrupt(self) -> None:
+        self._event.set()
+        with self._lock:
+            workers = list(self._workers)
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGINT)
+
+    def start(self, command: list[str], log: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            worker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            self._workers.add(worker)
+        if self.interrupted:  # interrupted between the check and the start
+            worker.send_signal(signal.SIGINT)
+        return worker
+
+    def wait(self, worker: subprocess.Popen[bytes], timeout_s: float | None) -> int:
+        """The worker's exit code; `subprocess.TimeoutExpired` after `timeout_s` (the worker is then killed)."""
+        try:
+            return worker.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            if not self.interrupted:
+                worker.kill()
+                worker.wait()
+                raise
+            try:  # interrupted: the worker is recording its run KILLED
+                return worker.wait(timeout=self.grace_s)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                return worker.wait()
+        finally:
+            with self._lock:
+                self._workers.discard(worker)
 
 
 def _worker_command(spec_file: Path, uri: str, id_file: Path, options: dict[str, str | None]) -> list[str]:
@@ -141,8 +202,11 @@ def run_one_in_subprocess(
     data_dir: str | None = None,
     download: bool = False,
     timeout_s: float | None = None,
+    interruption: Interruption | None = None,
 ) -> str | None:
-    """Run `spec` in a worker process; returns None on success, else the reason it failed (recorded in MLflow)."""
+    """Run `spec` in a worker process; returns None on success, else the reason it failed (recorded in MLflow:
+    FAILED, or KILLED when `interruption` was interrupted while it ran)."""
+    interruption = interruption or Interruption()
     log_dir.mkdir(parents=True, exist_ok=True)
     microbatch = spec.recipe.device_train_microbatch_size
     with tempfile.TemporaryDirectory() as folder:
@@ -161,12 +225,13 @@ def run_one_in_subprocess(
             id_file.unlink(missing_ok=True)
             try:
                 with log_file.open("w") as log:
-                    code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+                    code = interruption.wait(interruption.start(command, log), timeout_s)
                 reason = None if code == 0 else f"worker exited with code {code}:\n{_tail(log_file)}"
             except subprocess.TimeoutExpired:
                 code, reason = -1, f"timed out after {timeout_s} s"
             if reason is None:
                 return None
+            killed = interruption.interrupted
             run_id = id_file.read_text().strip() if id_file.is_file() else None
             mark_failed(
                 uri,
@@ -174,9 +239,12 @@ def run_one_in_subprocess(
                 experiment=spec.experiment,
                 run_name=spec.run_name,
                 tags={**spec.tags(), **tags},
-                error=reason,
+                error=KILLED if killed else reason,
                 log_file=log_file,
+                status="KILLED" if killed else "FAILED",
             )
+            if killed:
+                return KILLED
             if code != OOM_EXIT_CODE:
                 return reason
             microbatch = (microbatch or spec.recipe.batch_size) // 2

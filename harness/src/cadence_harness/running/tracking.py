@@ -78,20 +78,26 @@ def mark_failed(
     tags: dict[str, str],
     error: str,
     log_file: Path | None = None,
+    status: str = "FAILED",
 ) -> str:
-    """Record a run that died without recording itself: attach to it (or create it) and finish it FAILED."""
+    """Record a run that died without recording itself: attach to it (or create it) and end it `status` (FAILED,
+    or KILLED when a grid was interrupted). A run that ended itself keeps its own status and error (a worker
+    interrupted by Ctrl-C records KILLED before it exits); only the worker's log is added to it."""
     from cadence.loggers import MLFlowLogger
 
+    running = True
     if run_id is not None:
-        status = client(uri).get_run(run_id).info.status
-        if status != "RUNNING" and log_file is None:
+        own = client(uri).get_run(run_id).info.status
+        running = own == "RUNNING"
+        if not running and log_file is None:
             return run_id
+        status = status if running else own
         logger = MLFlowLogger(experiment_name=experiment, tracking_uri=uri, run_id=run_id)
     else:
         logger = MLFlowLogger(experiment_name=experiment, run_name=run_name, tracking_uri=uri, tags=tags)
-    if run_id is None or status == "RUNNING":
+    if running:
         logger.set_tags({f"{TAG}error": error[-4000:]})
     if log_file is not None and log_file.is_file():
         logger.log_artifact(log_file)
-    logger.finish("FAILED")
+    logger.finish(status)  # a run that ended itself is ended again with its own status (the log delivered first)
     return logger.run_id
