@@ -37,11 +37,35 @@ def test_subsets_keep_the_first_samples() -> None:
 def test_a_missing_dataset_lists_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CADENCE_DATA", str(tmp_path / "env"))
     with pytest.raises(data.DataNotFoundError) as error:
-        data.find_dataset_files("cifar10", ["no_such_file.npz"], tmp_path / "given")
+        data.find_dataset_files("cifar10", ["no_such_file.npz"], None)
     message = str(error.value)
-    assert f"--data-dir: {tmp_path / 'given'}" in message and f"$CADENCE_DATA: {tmp_path / 'env'}" in message
+    assert f"$CADENCE_DATA: {tmp_path / 'env'}" in message
     assert "../shared/data" in message and "/usr/share/datasets/fashion-mnist" in message
     assert "To get it: copy cifar10_jpeg.npz" in message
+
+
+def test_a_data_dir_given_is_searched_alone_never_replaced_by_another_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    elsewhere = tmp_path / "env"
+    elsewhere.mkdir()
+    (elsewhere / "sst2_train.tsv.gz").write_bytes(b"")
+    (elsewhere / "sst2_dev.tsv.gz").write_bytes(b"")
+    monkeypatch.setenv("CADENCE_DATA", str(elsewhere))
+    names = ["sst2_train.tsv.gz", "sst2_dev.tsv.gz"]
+    assert data.find_dataset_files("sst2", names, None) == elsewhere
+    given = tmp_path / "given"
+    given.mkdir()
+    with pytest.raises(data.DataNotFoundError) as error:
+        data.find_dataset_files("sst2", names, given)
+    message = str(error.value)
+    assert f"--data-dir (searched alone; leave it out to search $CADENCE_DATA and ../shared/data): {given}" in message
+    assert "$CADENCE_DATA:" not in message
+    from cadence_harness.cli import main
+
+    argv = ["run", "--model", "hf/bert-tiny", "--data", "sst2", "--duration", "1ba", "--data-dir", str(given)]
+    assert main(argv) == 2  # refused before anything trains, naming the folder
+    assert "dataset 'sst2' not found" in capsys.readouterr().err
 
 
 def test_data_dir_comes_first(tmp_path: Path) -> None:

@@ -3,9 +3,10 @@
 Images stay unnormalised all the way to the model (the model normalises them itself), so
 data-side methods such as RandAugment, AugMix or CutOut see real pixel values.
 
-Files are looked up, in order, in: ``--data-dir``, ``$CADENCE_DATA``, the repository's
-``../shared/data``, ``/usr/share/datasets/fashion-mnist`` (Debian's ``dataset-fashion-mnist``),
-and finally torchvision's download when it is allowed (``--download``).
+Files are looked up, in order, in: ``$CADENCE_DATA``, the repository's ``../shared/data``,
+``/usr/share/datasets/fashion-mnist`` (Debian's ``dataset-fashion-mnist``), and finally
+torchvision's download when it is allowed (``--download``). A ``--data-dir`` given is the only
+folder searched: data missing there is refused, never taken from elsewhere without a word.
 """
 
 from __future__ import annotations
@@ -95,10 +96,12 @@ def check_data_dir(data_dir: str | Path | None) -> None:
 
 
 def search_dirs(data_dir: str | Path | None = None) -> list[tuple[str, Path | None]]:
-    """(label, folder) pairs in lookup order; a folder is None when its setting is absent."""
+    """(label, folder) pairs in lookup order; a folder is None when its setting is absent. A `data_dir` given
+    is searched alone: the user named where the data is."""
+    if data_dir:
+        return [("--data-dir (searched alone; leave it out to search $CADENCE_DATA and ../shared/data)", Path(data_dir))]
     env = os.environ.get("CADENCE_DATA")
     return [
-        ("--data-dir", Path(data_dir) if data_dir else None),
         ("$CADENCE_DATA", Path(env) if env else None),
         ("the repository's ../shared/data", REPO_ROOT.parent / "shared" / "data"),
         ("Debian package dataset-fashion-mnist", DEBIAN_FASHION_MNIST),
