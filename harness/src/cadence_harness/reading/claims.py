@@ -320,7 +320,7 @@ def judge_claims(claims: Mapping[str, Sequence[Claim]], section: Section) -> dic
                     p_values.append(test.p_short)
     adjusted = dict(zip(keys, holm(p_values)))
     claims_tested = len({key for key, _, _ in keys})
-    family = f"Holm over {len(p_values)} tests of {claims_tested} claims in `{section.name}`"
+    family = f"Holm over {_count(len(p_values), 'test')} of {_count(claims_tested, 'claim')} in `{section.name}`"
     verdicts = {}
     for key, found in evidence.items():
         if found.early is not None:
@@ -329,6 +329,10 @@ def judge_claims(claims: Mapping[str, Sequence[Claim]], section: Section) -> dic
         mine = {(i, kind): p for (k, i, kind), p in adjusted.items() if k == key}
         verdicts[key] = _decide(found, mine, claims[key[0]][key[1]].size, family)
     return verdicts
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def judge(claim: Claim, section: Section, method: str) -> Judgement:
