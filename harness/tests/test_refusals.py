@@ -87,6 +87,21 @@ def test_label_smoothing_on_a_text_model_is_refused(
     assert nothing_logged(tmp_path)
 
 
+def test_a_surgery_that_would_change_nothing_is_refused_not_run_as_a_disguised_baseline(
+    capsys: pytest.CaptureFixture[str], tiny_recipe_file: Any, tracking_uri: str, tmp_path: Path
+) -> None:
+    if "blurpool" not in registry().methods:
+        pytest.skip("blurpool is not installed")
+    text = tiny_recipe_file(model="hf/bert-tiny", data="synthetic_text", max_length=16)
+    for command in ("run", "grid"):
+        argv = [command, text, "--methods", "blurpool", "--tracking-uri", tracking_uri]
+        argv += ["--log-dir", str(tmp_path / "logs")] if command == "grid" else []
+        line = refused(capsys, command, argv)
+        assert "blurpool would change nothing in this model (BlurPool changed no module of HuggingFaceModel" in line
+        assert "leave blurpool out of the arms for this model" in line
+    assert nothing_logged(tmp_path)
+
+
 def test_a_data_dir_that_is_not_a_folder_is_refused(
     capsys: pytest.CaptureFixture[str], tiny_recipe_file: Any, tmp_path: Path
 ) -> None:

@@ -6,6 +6,8 @@ and exits with code 2. Recipe values are checked earlier, by `cadence_harness.ru
 
 from __future__ import annotations
 
+import copy
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +16,7 @@ import torch
 from cadence import Algorithm, MethodConflictError, NotApplicableError
 from cadence.batch import batch_to_device
 from cadence.engine import check_composition
+from cadence.ops import NoEffectError, NoEffectWarning, SurgeryMethod
 from cadence_harness.running.recipe_checks import RecipeError
 
 __all__ = ["check_applicable", "check_arm_composition", "require_device", "sample_batch"]
@@ -50,11 +53,15 @@ def check_applicable(
     """Ask each ``(name, method)`` whether it works on `model` with batches like `batch`.
 
     Raises the first refusal: the method's own `NotApplicableError` (it names the method, what does
-    not fit and the fix), followed by the grid arms that use the method when `arms` is given.
+    not fit and the fix), followed by the grid arms that use the method when `arms` is given. A surgery
+    method is also tried on a copy of the model: one that would change no module is refused, since its
+    run would be the baseline's under the method's name (a measured arm in every table).
     """
     for name, algorithm in methods:
         try:
             algorithm.check_applicable(model, batch)
+            if isinstance(algorithm, SurgeryMethod):
+                _check_surgery_changes_something(name, algorithm, model)
         except NotApplicableError as error:
             if arms is None or not arms.get(name):
                 raise
@@ -67,3 +74,15 @@ def check_arm_composition(arm: Sequence[str], algorithms: Sequence[Algorithm]) -
         check_composition(list(algorithms))
     except MethodConflictError as error:
         raise RecipeError(f"the arm {'+'.join(arm)}: {error}") from None
+
+
+def _check_surgery_changes_something(name: str, algorithm: SurgeryMethod, model: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoEffectWarning)
+        try:
+            algorithm.surgery(copy.deepcopy(model), [])
+        except (NoEffectWarning, NoEffectError) as nothing:
+            raise NotApplicableError(
+                f"{name} would change nothing in this model ({nothing}), so its run would be the baseline under "
+                f"another name; leave {name} out of the arms for this model"
+            ) from None
