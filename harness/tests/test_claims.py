@@ -22,8 +22,9 @@ from cadence_harness.reading.claims import (
     judge_claims,
     parse_claims,
 )
-from cadence_harness.reading.summaries import NoiseFloor, Section, identity_arms
-from cadence_harness.records import TAG, RunRecord
+from cadence_harness.reading.summaries import NoiseFloor, Section, identity_arms, sections_of
+from cadence_harness.reading.tables import tradeoff_markdown
+from cadence_harness.records import TAG, RunRecord, budget_value
 from cadence_harness.running.recipe import Recipe
 from cadence_harness.store_report import build_report
 
@@ -163,13 +164,24 @@ def test_time_claims_within_the_timing_noise_floor_are_inconclusive(section: Sec
 
 
 def _run(arm: str, budget: str, max_duration: str, seed: int, accuracy: float, train_s: float) -> RunRecord:
-    tags = {"arm": arm, "seed": str(seed), "budget": budget, "family_hash": "family"}
+    tags = {
+        "arm": arm,
+        "seed": str(seed),
+        "budget": budget,
+        "family_hash": "family",
+        "config_hash": f"{arm}-{budget}-s{seed}",
+        "group_hash": f"{arm}-{budget}",
+        "baseline_hash": f"baseline-{budget}",
+        "curve_hash": f"curve-{arm}",
+        "baseline_curve_hash": "curve-baseline",
+    }
+    flops = budget_value(max_duration) * 1e12
     return RunRecord(
         run_id=f"{arm}-{budget}-s{seed}",
         experiment="study",
         tags={f"{TAG}{key}": value for key, value in tags.items()},
-        params={"duration": budget, "max_duration": max_duration},
-        metrics={"final/accuracy": accuracy, "final/flops": 1e12, "final/train_s": train_s},
+        params={"duration": budget, "max_duration": max_duration, "device": "cpu"},
+        metrics={"final/accuracy": accuracy, "final/flops": flops, "final/train_s": train_s},
     )
 
 
@@ -184,6 +196,30 @@ def test_an_arm_that_repeats_the_baselines_runs_is_the_timing_null() -> None:
     other = [_run("other", "4ep", "2ep", s, 0.5, 9.0) for s in range(3)]  # computes something else
     same_budget = [_run("layout", "2ep", "2ep", s, 0.4 + s / 100, 5.0) for s in range(3)]  # same numbers, faster
     assert identity_arms(base + other + same_budget) is None
+
+
+def test_a_study_with_an_identity_arm_shows_its_time_ratios_as_noise_not_as_speedups() -> None:
+    """The baseline at 2ep and 4ep; `half` at 4ep and 8ep runs exactly the baseline's 2ep and 4ep, re-timed."""
+    base = [
+        _run("baseline", b, b, s, acc + s / 100, 10.0 * (i + 1))
+        for i, (b, acc) in enumerate([("2ep", 0.4), ("4ep", 0.5)])
+        for s in range(3)
+    ]
+    half = [
+        _run("half", b, m, s, acc + s / 100, t)
+        for b, m, acc, t in [("4ep", "2ep", 0.4, 6.0), ("8ep", "4ep", 0.5, 12.0)]
+        for s in range(3)
+    ]
+    (section,) = sections_of(base + half)
+    assert section.noise_floor is not None and section.noise_floor.arms == ("half",)
+    curve = section.sweep_curve("half")
+    assert curve is not None
+    assert all(s.left_out.startswith("identity arm") for s in section.speedups_of(curve, "train_s"))
+    assert [s.value for s in section.speedups_of(curve, "flops")] == [pytest.approx(1.0)] * 2  # the same work
+    text = tradeoff_markdown(section)
+    assert "### Timing noise floor" in text and "identical computations differed in time by up to 1.67x" in text
+    time_front = next(line for line in text.splitlines() if line.startswith("- training time:"))
+    assert "half" not in time_front  # a re-timed baseline run is not a faster way to train
 
 
 def test_the_claims_of_every_card_on_a_study_are_one_holm_family(section: Section) -> None:

@@ -252,8 +252,9 @@ def tradeoff_markdown(section: Section) -> str:
     if section.noise_floor is not None:
         lines += ["", "### Timing noise floor", "", section.noise_floor.format()]
     lines += ["", "### Pareto front over all arms", ""]
-    for unit in units:
-        front = pareto_points(section.curves, unit)
+    identities = set(section.noise_floor.arms) if section.noise_floor is not None else set()
+    for unit in units:  # an identity arm's time is a re-timed baseline run: noise, not a point of its own
+        front = pareto_points([c for c in section.curves if unit == "flops" or c.arm not in identities], unit)
         points = "; ".join(
             f"{arm} at {budget} ({acc * 100:.2f}%, {_cost(cost, unit)})" for arm, budget, cost, acc in front
         )
