@@ -50,6 +50,7 @@ def test_unknown_models_are_rejected(model: str, message: str) -> None:
 
 def test_unknown_keys_are_named_with_a_suggestion() -> None:
     rejects(r"unknown recipe key `batchsize`; did you mean 'batch_size'\?", batchsize=4)
+    rejects(r"unknown recipe key `lr`; did you mean `optimizer.lr`\?", lr=0.2, optimizer={"lr": 0.1})  # --set lr=
     rejects(r"unknown key `optimizer.lrr`: SGD takes no 'lrr'; did you mean 'lr'\?", optimizer={"lrr": 0.1})
     rejects(r"unknown grid key `grid.arm`", grid={"arm": ["baseline"]})
     with pytest.raises(RecipeError, match=r"the recipe has no `duration`"):
@@ -64,6 +65,8 @@ def test_unknown_keys_are_named_with_a_suggestion() -> None:
         ("0.5dur", r"`duration` = '0.5dur': use one of the units ep, ba, sp"),
         ("1.5ep", r"`duration` = '1.5ep': not a duration \(1.5ep: only 'dur' may be fractional"),
         (3.5, r"`duration` = 3.5: not a duration"),
+        ("2epochs", r"not a duration \(cannot parse '2epochs' as a time\); write a number and a unit, e.g. '10ep' or "
+         r"'500ba' or '60000sp'$"),  # only units a recipe takes: no '60sec' or '0.5dur'
     ],
 )
 def test_bad_durations_are_rejected(duration: Any, message: str) -> None:

@@ -198,6 +198,8 @@ class _NoLoss(torch.nn.Module):
         ({"optimizers": "sgd"}, TypeError, r"optimizers\[0\] is a str"),
         ({"callbacks": [object()]}, TypeError, r"callbacks\[0\] is a object"),
         ({"save_num_checkpoints_to_keep": 0}, ValueError, "save_num_checkpoints_to_keep=0"),
+        ({"train_dataloader": "abc"}, TypeError, "train_dataloader='abc' is a str, not an iterable of batches"),
+        ({"eval_dataloader": 5}, TypeError, "eval_dataloader=5 is a int, not an iterable of batches"),
     ],
 )
 def test_bad_input_fails_before_training(kwargs, error, pattern) -> None:

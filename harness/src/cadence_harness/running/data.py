@@ -99,7 +99,8 @@ def search_dirs(data_dir: str | Path | None = None) -> list[tuple[str, Path | No
     """(label, folder) pairs in lookup order; a folder is None when its setting is absent. A `data_dir` given
     is searched alone: the user named where the data is."""
     if data_dir:
-        return [("--data-dir (searched alone; leave it out to search $CADENCE_DATA and ../shared/data)", Path(data_dir))]
+        alone = "--data-dir (searched alone; leave it out to search $CADENCE_DATA and ../shared/data)"
+        return [(alone, Path(data_dir))]
     env = os.environ.get("CADENCE_DATA")
     return [
         ("$CADENCE_DATA", Path(env) if env else None),

@@ -257,7 +257,7 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
 
     for key in values:
         if key not in _FIELDS or key == "source":
-            raise unknown_key(key, [k for k in _FIELDS if k != "source"])
+            raise unknown_key(key, [k for k in _FIELDS if k != "source"], values=values)
     values = dict(values)
     durations = check_budgets(values)  # a sweep also sets `duration` (its longest budget)
     check_types(values)

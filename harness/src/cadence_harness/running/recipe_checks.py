@@ -104,8 +104,15 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     return f"did you mean {close[0]!r}? " if close else ""
 
 
-def unknown_key(key: str, known: list[str], where: str = "recipe") -> RecipeError:
-    hint = did_you_mean(key.rsplit(".", 1)[-1], known)
+def unknown_key(
+    key: str, known: list[str], where: str = "recipe", values: Mapping[str, Any] | None = None
+) -> RecipeError:
+    """The error for an unknown key; a key that one of the recipe's tables holds (``lr`` for ``optimizer.lr``)
+    is named with its table, as ``--set`` takes it."""
+    tables = {name: table for name, table in (values or {}).items() if isinstance(table, Mapping) and name != "methods"}
+    tables |= {name: table for name, table in (values or {}).get("methods", {}).items() if isinstance(table, Mapping)}
+    nested = [f"`{name}.{key}`" for name, table in tables.items() if key in table]
+    hint = f"did you mean {' or '.join(nested)}? " if nested else did_you_mean(key.rsplit(".", 1)[-1], known)
     return RecipeError(f"unknown {where} key `{key}`; {hint}known keys: {', '.join(sorted(known))}")
 
 
@@ -122,12 +129,14 @@ def check_choice(key: str, value: Any, choices: tuple[str, ...] | list[str]) -> 
 
 
 def check_time(key: str, value: Any, units: tuple[TimeUnit, ...]) -> Time:
+    examples = " or ".join(repr(f"{n}{u.value}") for n, u in zip((10, 500, 60_000), units))  # only units allowed here
     try:
         time = Time.from_input(value)
-    except (TypeError, ValueError) as error:
-        raise fail(key, value, f"not a duration ({error})") from None
+    except (TypeError, ValueError) as error:  # the reason, without the core's examples of units not allowed here
+        reason = str(error).split(";")[0]
+        raise fail(key, value, f"not a duration ({reason}); write a number and a unit, e.g. {examples}") from None
     if time.unit not in units:
-        raise fail(key, value, f"use one of the units {', '.join(u.value for u in units)}, e.g. '10ep' or '500ba'")
+        raise fail(key, value, f"use one of the units {', '.join(u.value for u in units)}, e.g. {examples}")
     if time.value <= 0:
         raise fail(key, value, "must be > 0")
     return time

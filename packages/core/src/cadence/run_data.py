@@ -9,7 +9,7 @@ from typing import Any
 
 from cadence._resumable_loader import LoaderPlan, prepare_loader
 
-__all__ = ["RunData", "check_subset_num_batches", "limited"]
+__all__ = ["RunData", "check_loader", "check_subset_num_batches", "limited"]
 
 
 def limited(batches: Iterator[Any], subset_num_batches: int) -> Iterator[Any]:
@@ -22,6 +22,17 @@ def check_subset_num_batches(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or value >= 1):
         raise ValueError(f"{name}={value!r} must be -1 (every batch) or an int >= 1 (that many batches)")
     return value
+
+
+def check_loader(name: str, loader: Any) -> None:
+    """A loader is an iterable of batches; a string (iterable over its characters) or a non-iterable is a
+    mistake that would otherwise surface steps later as a confusing batch error."""
+    if isinstance(loader, (str, bytes)) or not isinstance(loader, Iterable):
+        shown = repr(loader) if len(repr(loader)) <= 60 else repr(loader)[:57] + "..."
+        raise TypeError(
+            f"{name}={shown} is a {type(loader).__name__}, not an iterable of batches; pass a torch DataLoader or "
+            "any iterable that yields batches (a list of (inputs, targets) tuples works)"
+        )
 
 
 class RunData:
@@ -37,12 +48,14 @@ class RunData:
         if subset_num_batches is not None:
             self.train_subset = check_subset_num_batches("train_subset_num_batches", subset_num_batches)
         if loader is not None:
+            check_loader("train_dataloader", loader)
             self.train = prepare_loader(loader, seed=self.seed, rank=self.rank, world_size=self.world_size, train=True)
 
     def set_eval(self, loader: Iterable[Any] | None, subset_num_batches: int | None = None) -> None:
         if subset_num_batches is not None:
             self.eval_subset = check_subset_num_batches("eval_subset_num_batches", subset_num_batches)
         if loader is not None:
+            check_loader("eval_dataloader", loader)
             self.eval = self.plan(loader)
 
     def plan(self, loader: Iterable[Any]) -> LoaderPlan:
