@@ -65,8 +65,11 @@ def test_unknown_keys_are_named_with_a_suggestion() -> None:
         ("0.5dur", r"`duration` = '0.5dur': use one of the units ep, ba, sp"),
         ("1.5ep", r"`duration` = '1.5ep': not a duration \(1.5ep: only 'dur' may be fractional"),
         (3.5, r"`duration` = 3.5: not a duration"),
-        ("2epochs", r"not a duration \(cannot parse '2epochs' as a time\); write a number and a unit, e.g. '10ep' or "
-         r"'500ba' or '60000sp'$"),  # only units a recipe takes: no '60sec' or '0.5dur'
+        (
+            "2epochs",
+            r"not a duration \(cannot parse '2epochs' as a time\); write a number and a unit, e.g. '10ep' or "
+            r"'500ba' or '60000sp'$",
+        ),  # only units a recipe takes: no '60sec' or '0.5dur'
     ],
 )
 def test_bad_durations_are_rejected(duration: Any, message: str) -> None:
