@@ -68,7 +68,8 @@ def regime(section: Section) -> str:
     if not base:
         return text
     last = base[-1]
-    text += f" The baseline reaches {last.accuracy.format(scale=100)} % at {last.budget} (n={last.n})"
+    what = "next-token accuracy " if _one(section, "task") == "causal_lm" else ""
+    text += f" The baseline reaches {what}{last.accuracy.format(scale=100)} % at {last.budget} (n={last.n})"
     usual = USUAL.get((model, data))
     if usual is None:
         text += "; no published figure for this model and data to set it against."
