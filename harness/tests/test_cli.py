@@ -35,10 +35,30 @@ def test_a_bad_recipe_exits_2_naming_the_key(capsys: pytest.CaptureFixture[str])
     assert "did you mean 'batch_size'" in capsys.readouterr().err
 
 
-def test_methods_lists_every_installed_method(capsys: pytest.CaptureFixture[str]) -> None:
+def test_methods_lists_every_installed_method_with_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in registry().methods)
+    assert all(f"\n{name}: " in f"\n{out}" for name in registry().methods)
+    if "blurpool" in registry().methods:  # its card's tldr, then its hyperparameters
+        assert "blurpool: Low-pass filters (blurs) before every strided convolution" in out
+        assert "    BlurPool(replace_convs: 'bool' = True" in out
+
+
+def test_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text and "run: one configuration; grid:" in text
+
+
+def test_a_run_ends_with_a_line_in_words_and_where_to_browse_it(
+    capsys: pytest.CaptureFixture[str], tiny_recipe_file: Any, tracking_uri: str
+) -> None:
+    assert main(["run", tiny_recipe_file(), "--tracking-uri", tracking_uri, "--no-progress"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("baseline-s0: accuracy ") and " s of training, " in lines[-2]
+    assert "in experiment 'tiny'; data: " in lines[-2] and "{" not in lines[-2]  # no raw dict
+    assert lines[-1] == f"Browse: mlflow ui --backend-store-uri {tracking_uri}"
 
 
 def test_demo_uses_cifar10_when_present_else_digits(monkeypatch: pytest.MonkeyPatch) -> None:

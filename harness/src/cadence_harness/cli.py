@@ -1,4 +1,5 @@
-"""``cadence-bench``: run, grid, report, export, demo, methods (and the grid's hidden worker).
+"""``cadence-bench``: run, grid, report, export, demo, methods (and the grid's hidden worker); their arguments
+are `cadence_harness.cli_parser`'s.
 
 Tradeoff curves: ``--durations 2ep,4ep,8ep`` (or a recipe's ``durations``) runs every arm once per budget, each
 schedule decayed at its own end; ``report`` reads off each arm's speedup at matched accuracy in FLOPs and time.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cadence import NotApplicableError
+from cadence_harness.cli_parser import build_parser
 from cadence_harness.reading.study import StudyError, studies_runs
 from cadence_harness.records import TAG, RecordError, default_records_dir, records_file
 from cadence_harness.running.bridge import export_runs
@@ -28,12 +30,6 @@ from cadence_harness.running.tracking import resolve_tracking_uri
 from cadence_harness.store_report import build_report
 
 __all__ = ["main"]
-
-TRACKING_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
-RECORDS_HELP = (
-    "folder of run records <experiment>.jsonl (default: $CADENCE_RECORDS, else the repository's method_cards/runs, "
-    "else ./method_cards/runs)"
-)
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:
@@ -102,9 +98,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress_bar=not args.no_progress,
             tags={f"{TAG}command": _command()},
         )
-        shown = {k.removeprefix("final/"): round(v, 4) for k, v in result.metrics.items()}
-        print(f"{spec.run_name}: run {result.run_id} {shown}")
+        print(_run_line(spec, result))
+    print(f"Browse: mlflow ui --backend-store-uri {resolve_tracking_uri(args.tracking_uri)}")
     return 0
+
+
+def _run_line(spec: RunSpec, result: Any) -> str:
+    """One finished run in words: accuracy, training time and FLOPs, where it is logged, what data it saw."""
+    final = {k.removeprefix("final/"): v for k, v in result.metrics.items()}
+    accuracy = f"accuracy {100 * final['accuracy']:.2f} %, " if "accuracy" in final else ""
+    cost = f"{final.get('train_s', float('nan')):.1f} s of training, {final.get('flops', float('nan')):.3g} FLOPs"
+    return f"{spec.run_name}: {accuracy}{cost}; MLflow run {result.run_id} in experiment '{spec.experiment}'; " + (
+        f"data: {result.data_source}"
+    )
 
 
 def _grid_recipe(args: argparse.Namespace) -> Any:
@@ -227,15 +233,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
+    """Each installed method: what it does (its card's tldr, else its class's first docstring line) and the
+    hyperparameters it takes."""
     from cadence.registry import registry
+    from cadence_harness.reading.cards import front_matter
 
     reg = registry()
     for name, info in sorted(reg.methods.items()):
+        card = Path(info.module.__file__ or "").resolve().parents[2] / "card.md"  # packages/methods/<name>/card.md
+        what = front_matter(card).get("tldr", "") if card.is_file() else ""
+        what = what or (info.algorithm.__doc__ or "").strip().split("\n")[0]
         signature = inspect.signature(info.algorithm.__init__)
         hyper = ", ".join(str(p) for n, p in signature.parameters.items() if n != "self")
-        print(f"{name:24s} {info.algorithm.__name__}({hyper})")
+        print(f"{name}: {what}\n    {info.algorithm.__name__}({hyper})")
     for name, reason in reg.broken.items():
-        print(f"{name:24s} could not be loaded: {reason}")
+        print(f"{name}: could not be loaded: {reason}")
     return 0
 
 
@@ -251,139 +263,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 # Parser ----------------------------------------------------------------------------------
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tracking-uri", help=TRACKING_HELP)
-    parser.add_argument("--data-dir", help="folder holding the dataset files (also: $CADENCE_DATA)")
-    parser.add_argument("--download", action="store_true", help="let torchvision download a dataset not found locally")
-
-
-def _recipe_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe key: batch_size=256, optimizer.lr=0.2, mixup.alpha=0.4",
-    )
-    parser.add_argument("--model", help="tv/<name>, timm/<name> or hf/<name-or-folder>")
-    parser.add_argument("--data", help="cifar10, fashion_mnist, digits, sst2, synthetic, synthetic_text")
-    parser.add_argument("--duration", help="training length: 10ep, 500ba, 3e4sp (replaces the recipe's durations)")
-    parser.add_argument(
-        "--durations",
-        metavar="A,B,...",
-        help="a sweep of budgets for tradeoff curves, e.g. 2ep,4ep,8ep,16ep: one run per budget, each with the "
-        "schedule decayed at its end (replaces the recipe's duration)",
-    )
-    parser.add_argument(
-        "--curve",
-        choices=["sweep", "cyclic"],
-        help="with durations: sweep (one run per budget) or cyclic (one run per arm and seed whose learning rate "
-        "cycles end at the budgets; the baseline also runs the sweep, to check it against)",
-    )
-    parser.add_argument("--subset", type=int, help="train on the first N training samples")
-    parser.add_argument("--eval-subset", type=int, help="evaluate on the first N test samples")
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--device", choices=["cpu", "gpu"])
-    parser.add_argument("--seeds", type=int, help="number of seeds (0, 1, ..., N-1)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cadence-bench", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    run = commands.add_parser("run", help="train one configuration (one or more seeds) in this process")
-    run.add_argument("recipe", nargs="?", help="a recipe file or shipped recipe name (optional)")
-    run.add_argument("--methods", help="comma-separated methods, e.g. mixup,label_smoothing")
-    run.add_argument("--experiment", help="MLflow experiment when no recipe is given")
-    run.add_argument("--no-progress", action="store_true")
-    _recipe_flags(run)
-    _common(run)
-    run.set_defaults(func=cmd_run)
-
-    grid = commands.add_parser("grid", help="a recipe's arms x budgets x seeds, interleaved")
-    grid.add_argument("recipe", help="a recipe file or shipped recipe name")
-    grid.add_argument("--methods", help="the methods the arms range over (default: the recipe's)")
-    grid.add_argument("--arms", help="comma-separated: baseline, each, leave_one_out, pairs, all")
-    grid.add_argument(
-        "--combination", action="append", default=[], metavar="A+B", help="an extra arm, e.g. mixup+cutout"
-    )
-    grid.add_argument(
-        "--shard", default="1/1", help="run only shard i of n, e.g. 1/2 (machines sharing a tracking server)"
-    )
-    grid.add_argument("--rerun-finished", action="store_true", help="run even configurations MLflow already has")
-    grid.add_argument("--dry-run", action="store_true", help="list the runs and their config hashes, run nothing")
-    grid.add_argument("--timeout", type=float, help="seconds before a run is killed and recorded failed (--isolate)")
-    where = grid.add_mutually_exclusive_group()
-    where.add_argument("--isolate", action="store_const", const=True, help="one process per run (default on CPU)")
-    where.add_argument("--in-process", dest="isolate", action="store_const", const=False, help="(default on GPU)")
-    grid.add_argument("--time-limit", type=float, metavar="S", help="start no run after S seconds (rerun to go on)")
-    grid.add_argument("--log-dir", default="cadence_runs/logs", help="where each run's console output goes")
-    grid.add_argument("--jobs", type=int, default=1, help="runs at once (default 1: concurrent runs distort timings)")
-    grid.add_argument(
-        "--estimate", action="store_true", help="list the runs, estimate their FLOPs and time; run nothing"
-    )
-    grid.add_argument(
-        "--rate", type=float, help="with --estimate: GFLOP/s to assume (else the study's records, else here)"
-    )
-    grid.add_argument(
-        "--records", help="import the runs recorded here before starting, append each finished run; " + RECORDS_HELP
-    )
-    grid.add_argument("--no-records", action="store_true", help="neither import nor write run records")
-    grid.add_argument(
-        "--search",
-        action="store_true",
-        help="run the combinations the study's recipe search waits for, round after round, until it ends "
-        "(with --dry-run: name the next ones); see harness/README.md",
-    )
-    _recipe_flags(grid)
-    _common(grid)
-    grid.set_defaults(func=cmd_grid)
-
-    report = commands.add_parser("report", help="tables and plots from MLflow or run records; --cards: the cards")
-    report.add_argument("--experiment", action="append", default=[], help="experiment(s) to report (default: all)")
-    report.add_argument("--records", help="a run-record file or folder to report from, instead of MLflow")
-    report.add_argument(
-        "--study",
-        action="append",
-        default=[],
-        help="report a study from its committed records (method_cards/runs/STUDY.jsonl), the grid of recipe STUDY; "
-        "repeat (or separate by commas) for several studies",
-    )
-    report.add_argument("--out", default="cadence_runs/report", help="folder for report.md, summary.csv and plots")
-    report.add_argument(
-        "--cards",
-        action="store_true",
-        help="with --study: write Results into the method cards and method_cards/INDEX.md",
-    )
-    report.add_argument("--min-seeds", type=int, default=3, help="arms with fewer seeds stay out of the cards")
-    report.add_argument("--methods-root", help=argparse.SUPPRESS)
-    report.add_argument("--index", help=argparse.SUPPRESS)
-    report.add_argument("--tracking-uri", help=TRACKING_HELP)
-    report.set_defaults(func=cmd_report)
-
-    demo = commands.add_parser("demo", help="a small CPU comparison on real data, in a few minutes")
-    demo.add_argument("--out", default="cadence_runs/demo", help="folder for the table, plots and logs")
-    demo.add_argument("--rerun", action="store_true", help="train again even if the demo's runs are in MLflow")
-    _common(demo)
-    demo.set_defaults(func=cmd_demo)
-
-    export = commands.add_parser("export", help="append an experiment's finished MLflow runs to its run records")
-    export.add_argument("experiment")
-    export.add_argument("--records", help=RECORDS_HELP)
-    export.add_argument("--tracking-uri", help=TRACKING_HELP)
-    export.set_defaults(func=cmd_export)
-
-    methods = commands.add_parser("methods", help="list the installed methods and their hyperparameters")
-    methods.set_defaults(func=cmd_methods)
-
-    worker = commands.add_parser("worker")  # internal: one grid run in its own process
-    worker.add_argument("spec")
-    worker.add_argument("--run-id-file")
-    worker.add_argument("--microbatch-size", type=int)
-    worker.add_argument("--tag", action="append", default=[])
-    _common(worker)
-    worker.set_defaults(func=cmd_worker)
-    return parser
+COMMANDS = {
+    "run": cmd_run,
+    "grid": cmd_grid,
+    "report": cmd_report,
+    "demo": cmd_demo,
+    "export": cmd_export,
+    "methods": cmd_methods,
+    "worker": cmd_worker,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_data_dir(getattr(args, "data_dir", None))
-        return args.func(args)
+        return COMMANDS[args.command](args)
     except (RecipeError, NotApplicableError, RecordError, StudyError) as error:  # refused before anything trained
         print(f"cadence-bench {args.command}: {error}", file=sys.stderr)
         return 2

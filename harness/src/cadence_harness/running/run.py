@@ -55,6 +55,7 @@ ACCURACY = "MulticlassAccuracy"
 class RunResult:
     run_id: str
     metrics: dict[str, float]
+    data_source: str = ""  # where the data came from (a file, a download, a generator)
 
 
 def _git_dirs(folder: Path) -> tuple[Path, Path] | None:
@@ -383,7 +384,7 @@ def execute(
         trainer.fit()
     finally:
         trainer.close()
-    return RunResult(mlflow_logger.run_id, {**timer.summary(device), **flops.summary()})
+    return RunResult(mlflow_logger.run_id, {**timer.summary(device), **flops.summary()}, data.dataset.source)
 
 
 def _log_config(mlflow_logger: Any, spec: RunSpec) -> None:
