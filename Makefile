@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 MEMBERS := packages/core packages/mlflow $(patsubst %/,%,$(sort $(wildcard packages/methods/*/))) $(wildcard harness)
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test lint fmt demo bench cards new-method clean
+.PHONY: help install test lint fmt demo bench cards wheels new-method clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(MEMBERS))
 	@touch $@
 
 install: $(STAMP) ## create .venv and install every package of the repo (editable) plus dev tools
+
+wheels: $(STAMP) ## build a wheel of every package into dist/ (then: pip install --find-links dist cadence-mixup)
+	rm -rf dist && $(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist $(MEMBERS)
+	@ls dist | wc -l | xargs printf 'make wheels: %s wheels in dist/\n'
 
 # pytest exits 5 when it collected nothing: an empty run must not pass. TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= auto

@@ -22,3 +22,19 @@ def test_make_help_lists_every_target() -> None:
     listed = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for target in phony:
         assert f"make {target} " in listed, f"`make help` does not list {target}"
+
+
+def test_the_install_commands_name_packages_that_exist() -> None:
+    """The README's pip commands install from paths of this checkout (the packages are on no index), so each
+    path they name must be a package folder here, and none installs a bare `cadence...` name from an index."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = [line.split("#")[0] for line in text.splitlines() if line.lstrip().startswith("pip install ")]
+    assert any("./packages/core" in command for command in commands), "README shows the install from the checkout"
+    for command in commands:
+        for word in command.split()[2:]:
+            if word.startswith("./"):
+                pattern = word.removeprefix("./").rstrip("/")
+                folders = [p for p in ROOT.glob(pattern) if p.is_dir() or not word.endswith("/")] or [ROOT / word]
+                assert all((folder / "pyproject.toml").is_file() for folder in folders), f"{word} is not a package"
+            elif word.startswith("cadence") and "--find-links" not in command:
+                raise AssertionError(f"`{command.strip()}` asks an index for {word}, which no index has")
