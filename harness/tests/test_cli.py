@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -71,3 +72,15 @@ def test_demo_uses_cifar10_when_present_else_digits(monkeypatch: pytest.MonkeyPa
     recipe, note = demo_recipe()
     assert recipe.data == "digits" and "digits" in note and "CIFAR-10 was not found" in note
     assert recipe.seeds == (0,) and recipe.device == "cpu" and recipe.grid["arms"] == ["baseline", "each"]
+
+
+def test_the_recorded_command_is_paste_able_in_any_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cadence_harness import cli
+    from cadence_harness.running.data import REPO_ROOT
+
+    recipe, records = REPO_ROOT / "harness" / "recipes" / "cifar10_fast.toml", REPO_ROOT / "method_cards" / "runs"
+    argv = ["cadence-bench", "grid", str(recipe), "--records", str(records), "--data-dir", "/elsewhere/data"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert cli._command() == (
+        "cadence-bench grid harness/recipes/cifar10_fast.toml --records method_cards/runs --data-dir /elsewhere/data"
+    )

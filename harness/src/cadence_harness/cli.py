@@ -69,7 +69,16 @@ def _methods(text: str | None) -> list[str]:
 
 
 def _command() -> str:
-    return shlex.join(["cadence-bench", *sys.argv[1:]])
+    """The command line as recorded with the runs, paste-able in any checkout: paths inside the repository are
+    written relative to its root (a run's records travel to other machines)."""
+
+    def portable(word: str) -> str:
+        path = Path(word)
+        if path.is_absolute() and path.resolve().is_relative_to(REPO_ROOT):
+            return str(path.resolve().relative_to(REPO_ROOT)) or "."
+        return word
+
+    return shlex.join(["cadence-bench", *map(portable, sys.argv[1:])])
 
 
 # Subcommands -----------------------------------------------------------------------------
