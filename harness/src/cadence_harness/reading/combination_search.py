@@ -172,7 +172,10 @@ class Search:
         unit = COSTS[self.unit]
         lines = [
             f"The recipe ({unit}): greedy forward selection over the methods that lose at no budget alone, each "
-            f"judged by its speedup at the baseline's best accuracy (`cadence_harness.reading.combination_search`).",
+            f"judged by its speedup at the baseline's best accuracy (`cadence_harness.reading.combination_search`). "
+            "A speedup reads `1.20x [0.90, 1.60] n=3`: the speedup of the mean curves, its 95% interval over the "
+            "seeds, the seeds; an end shown as `unbounded` is open on that side (some seed's curve never reached "
+            "that accuracy, or reached it already at its shortest budget).",
             "",
         ]
         lines += ["| method alone | speedup at the baseline's best accuracy | eligible |", "| --- | --- | --- |"]

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cadence_harness.reading.combination_search import search_markdown
-from cadence_harness.reading.plots import plot_curves, plot_pareto, plot_tradeoff
+from cadence_harness.reading.commands import portable
+from cadence_harness.reading.plots import plot_curves, plot_pareto, plot_prefix, plot_tradeoff, report_palette
 from cadence_harness.reading.summaries import ArmSummary, Section, sections_of, summarize
 from cadence_harness.reading.tables import (
     HOW_TO_READ_RATIOS,
@@ -47,30 +48,40 @@ class Report:
     sections: list[Section] = field(default_factory=list)
 
 
-def plot_prefix(section: Section, sections: Sequence[Section]) -> str:
-    """File-name prefix of a section's plots: the experiment, plus the family when it has several."""
-    shared = sum(1 for s in sections if s.experiment == section.experiment) > 1
-    return f"{section.experiment}-{section.family_hash[:8]}" if shared else section.experiment
-
-
 def write_plots(section: Section, sections: Sequence[Section], out: Path) -> list[Path]:
-    prefix, rows = plot_prefix(section, sections), section.summaries
+    """The section's plots under `out`, named `plot_prefix` + ``-pareto``, ``-curves``, ``-tradeoff``, each arm
+    in its report-wide colour."""
+    prefix, rows, palette = plot_prefix(section, sections), section.summaries, report_palette(sections)
     title = f"{section.name}: {describe(rows)}"
     files = [
-        plot_pareto(rows, out / f"{prefix}-pareto.png", title),
-        plot_curves(section.records, out / f"{prefix}-curves.png", title, rows[0].target),
+        plot_pareto(rows, out / f"{prefix}-pareto.png", title, palette),
+        plot_curves(section.records, out / f"{prefix}-curves.png", title, rows[0].target, palette),
     ]
     if section.has_tradeoff:
-        files.append(plot_tradeoff(section.curves, out / f"{prefix}-tradeoff.png", title))
+        files.append(plot_tradeoff(section.curves, out / f"{prefix}-tradeoff.png", title, palette=palette))
     return files
 
 
-def section_markdown(section: Section) -> str:
+PLOT_TITLES = {"pareto": "accuracy against training time", "curves": "accuracy over training time"}
+PLOT_TITLES["tradeoff"] = "accuracy against cost"
+
+
+def plots_markdown(plots: Sequence[Path]) -> str:
+    """The plots a section wrote, as links relative to ``report.md`` (they lie beside it)."""
+    if not plots:
+        return ""
+    links = [f"[{PLOT_TITLES.get(p.stem.rsplit('-', 1)[-1], p.stem)}]({p.name})" for p in plots]
+    return "Plots: " + ", ".join(links) + "."
+
+
+def section_markdown(section: Section, plots: Sequence[Path] = ()) -> str:
     rows = section.summaries
     parts = [f"## {section.name}", "", describe(rows), "", format_table(rows, throughput=True), ""]
     parts += [HOW_TO_READ_RATIOS + " " + peak_note(rows), ""]
     commands = sorted({s.command for s in rows if s.command})
-    parts += [f"Reproduce: `{command}`\n" for command in commands]
+    parts += [f"Reproduce: `{portable(command)}`\n" for command in commands]
+    if plots:
+        parts += [plots_markdown(plots), ""]
     if section.has_tradeoff:
         parts.append(tradeoff_markdown(section))
         parts += ["", search_markdown(section)]
@@ -99,10 +110,9 @@ def report_from_runs(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
-    for section in sections:
-        if plots:
-            files += write_plots(section, sections, out)
-    body = "\n".join(section_markdown(s) for s in sections)
+    drawn = {id(s): write_plots(s, sections, out) if plots else [] for s in sections}
+    files += [path for section in sections for path in drawn[id(section)]]
+    body = "\n".join(section_markdown(s, drawn[id(s)]) for s in sections)
     markdown = "# cadence-bench report\n\n" + (body if sections else "No finished runs found.\n")
     (out / "report.md").write_text(markdown)
     write_csv(summaries, out / "summary.csv")

@@ -213,7 +213,11 @@ def tradeoff_markdown(section: Section) -> str:
         "interpolated in log cost, never extrapolated) over the arm's cost, with a paired t-interval over seeds on "
         "the per-seed log speedups (n beside it) and its Benjamini-Hochberg q-value over all of the study's cells: "
         "a cell is better or worse only where q < 0.05. Points at the study's accuracy floor (every baseline seed "
-        "at the same accuracy: a constant prediction) are left out.",
+        "at the same accuracy: a constant prediction) are left out. A cell reads `0.89x [0.74, 1.08] n=3, q=0.36`: "
+        "the speedup of the mean curves, its 95% interval, the seeds paired, the q-value. *Beyond the baseline's "
+        "range*: the arm's accuracy is below the baseline's shortest budget or above its best, so there is no point "
+        "value, and an interval end shown as `beyond range` is open on that side (`[beyond range, 1.07]`: at most "
+        "1.07x).",
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join(["---"] * len(head)) + " |",

@@ -1,0 +1,74 @@
+"""Commands that can be pasted on another machine.
+
+Record ``command`` tags hold the paths of the machine that ran them (``/home/x/cadence/method_cards/runs``);
+`portable` shows them relative to the repository, and leaves out the options that name that machine's scratch
+(its tracking store and log folder), so the defaults apply. The records are never changed. Standard library
+only: a report imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Sequence
+
+__all__ = ["portable"]
+
+RECORDS = re.compile(r"^(?P<root>.*?)/?method_cards/runs/?$")
+RECIPE = re.compile(r"^(?P<root>.*?)/?harness/recipes/(?P<name>[^/]+)\.(?:toml|ya?ml)$")
+SCRATCH = ("--tracking-uri", "--log-dir")  # where the running machine kept its store and logs
+
+
+# Commands ---------------------------------------------------------------------------------------
+def _path_of(value: str) -> str:
+    return value.removeprefix("sqlite:///") if value.startswith("sqlite:///") else value
+
+
+def _root(tokens: Sequence[str]) -> str | None:
+    """The repository the command ran in, where one of its paths tells (the records folder, a shipped recipe)."""
+    for token in tokens:
+        value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
+        match = RECORDS.match(value) or RECIPE.match(value)
+        if match and value.startswith("/"):
+            return match.group("root") or "/"
+    return None
+
+
+def _relative(value: str, root: str | None) -> str:
+    records, recipe = RECORDS.match(value), RECIPE.match(value)
+    if not value.startswith("/"):
+        return value
+    if records:
+        return "method_cards/runs"
+    if recipe:
+        return recipe.group("name")
+    if root is not None and os.path.commonpath([root, value]) in (root, os.path.dirname(root)):
+        return os.path.relpath(value, root)  # the repository's own files, or a sibling such as ../shared/data
+    return value
+
+
+def portable(command: str) -> str:
+    """`command` with the running machine's paths relative to the repository: a records folder becomes
+    ``method_cards/runs``, a shipped recipe its name, a path inside (or beside) the repository a relative one;
+    ``--tracking-uri`` and ``--log-dir`` naming a local file or folder are left out (the defaults apply)."""
+    try:
+        tokens = shlex.split(command)
+    except ValueError:  # unbalanced quotes: show it as it was recorded
+        return command
+    root, kept, skip = _root(tokens), [], False
+    for i, token in enumerate(tokens):
+        if skip:
+            skip = False
+            continue
+        option, _, attached = token.partition("=") if token.startswith("--") else (token, "", "")
+        if option in SCRATCH:
+            value = attached or (tokens[i + 1] if i + 1 < len(tokens) else "")
+            if _path_of(value).startswith("/"):
+                skip = not attached
+                continue
+        if token.startswith("--") and attached:
+            kept.append(f"{option}={_relative(attached, root)}")
+        else:
+            kept.append(_relative(token, root))
+    return shlex.join(kept)
