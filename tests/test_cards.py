@@ -104,3 +104,15 @@ def test_code_blocks_run(path: Path) -> None:
             exec(compile(block, f"{path.parent.name}/card.md[block {index}]", "exec"), namespace)
         except Exception as error:  # name the block that failed
             raise AssertionError(f"{path.parent.name}/card.md python block {index} failed: {error!r}") from error
+
+
+@pytest.mark.parametrize("path", CARDS, ids=IDS)
+def test_results_open_with_one_line_in_plain_words(path: Path) -> None:
+    """Issue 31: a reader learns "should I use it, here, for what" before any table, and can paste the commands."""
+    found = RESULTS.search(_split(path)[1])
+    assert found, "the Results section needs the <!-- results:start/end --> markers"
+    block = found.group(0).split("-->", 1)[1].strip()
+    first = block.splitlines()[0]
+    assert first.startswith(("**In short.** On ", "Not measured in ")), f"{path.parent.name}: Results open {first!r}"
+    commands = re.findall(r"^- runs: `([^`]*)`", block, re.M)
+    assert not [c for c in commands if re.search(r"(^|\s|=)/", c)], "a run command holds an absolute path"
