@@ -100,7 +100,7 @@ def test_run_and_report_against_a_real_server(mlflow_server: str, tmp_path: Path
     ]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "baseline-s0: run " in done.stdout
+    assert "baseline-s0: accuracy " in done.stdout and "in experiment 'e2e'" in done.stdout
 
     client = MlflowClient(mlflow_server)
     (run,) = client.search_runs([client.get_experiment_by_name("e2e").experiment_id])
