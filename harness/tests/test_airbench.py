@@ -114,6 +114,7 @@ def test_a_recipe_refuses_bad_optimizer_extras(tiny_recipe: Any) -> None:
         tiny_recipe(optimizer={"name": "sgd", "lr": 0.1, "lookahead": {"decay": 1.5}})
 
 
+@pytest.mark.slow
 def test_the_fast_recipe_trains_the_network_to_a_sensible_accuracy(tracking_uri: str) -> None:
     """cifar10_fast as shipped (lookahead, bias-only batch norm at 64x the rate, alternating flip, test-time
     augmentation), on the CPU at a narrower width: 2,000 CIFAR-10 images when the file is here, else the

@@ -75,6 +75,7 @@ def test_a_spec_survives_the_trip_to_a_worker(tiny_recipe: Any) -> None:
     assert RunSpec.from_json(spec.to_json()) == spec
 
 
+@pytest.mark.slow
 def test_a_crashing_run_is_recorded_failed_and_retried_on_rerun(
     tracking_uri: str, tiny_recipe: Any, explode_plugin: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:

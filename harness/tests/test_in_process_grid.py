@@ -39,6 +39,7 @@ def one_thread(monkeypatch: pytest.MonkeyPatch) -> Any:
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_the_same_seeds_give_bitwise_equal_metrics_in_process_and_in_worker_processes(
     tiny_recipe: Any, tmp_path: Any, one_thread: Any
 ) -> None:

@@ -42,6 +42,7 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_study_from_grid_to_report_to_a_cyclic_curve_and_to_a_second_machine(
     tmp_path: Path, tiny_recipe_file: Any, image_methods: list[str], in_process: list[str], capsys: Any
 ) -> None:

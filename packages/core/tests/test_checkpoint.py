@@ -26,6 +26,7 @@ def _run(folder: Path, out: Path, kill_at: int | None = None, workers: int = 0) 
 
 
 # workers=2: DataLoader worker processes and a dataset whose samples draw random noise
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2], ids=["main-process", "2-workers"])
 def test_sigkilled_run_autoresumes_bitwise_equal(tmp_path: Path, workers: int) -> None:
     whole = _run(tmp_path / "whole", tmp_path / "whole.pt", workers=workers)

@@ -13,6 +13,7 @@ import torch
 SCRIPT = Path(__file__).with_name("ddp_run.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eager", "compile"])
 def test_two_gloo_processes_match_one(tmp_path: Path, mode: str) -> None:
     """Also with the DDP module compiled (``compile_config``, eager backend: Dynamo's DDP graph splitting)."""

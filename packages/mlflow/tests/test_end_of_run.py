@@ -67,6 +67,7 @@ def _run(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, str, str]:
     return child, uri, run_id_file.read_text() + "\n" + stderr.decode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "status", "exit_code", "failure"),
     [
