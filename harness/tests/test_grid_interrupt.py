@@ -17,9 +17,16 @@ from cadence_harness.running.tracking import client
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("stop", "code"),
+    [("ctrl-c", 130), ("kill", 143)],
+    ids=["SIGINT-to-the-process-group", "SIGTERM-to-the-grid-alone"],
+)
 def test_ctrl_c_on_a_grid_kills_the_running_run_and_leaves_the_records_whole(
-    tmp_path: Path, tracking_uri: str, tiny_recipe_file: Any
+    stop: str, code: int, tmp_path: Path, tracking_uri: str, tiny_recipe_file: Any
 ) -> None:
+    """Ctrl-C in a terminal reaches the grid and its worker; `kill PID` (SIGTERM) the grid alone, which passes
+    it on to its workers: both end the same way."""
     path = tiny_recipe_file(duration="200ba", seeds=3)
     records = tmp_path / "runs"
     command = [sys.executable, "-m", "cadence_harness", "grid", path, "--isolate", "--tracking-uri", tracking_uri]
@@ -31,9 +38,12 @@ def test_ctrl_c_on_a_grid_kills_the_running_run_and_leaves_the_records_whole(
         time.sleep(0.2)
     assert grid.poll() is None, "the grid ended before the test could interrupt it"
     time.sleep(1.0)  # the second run's worker is starting or training
-    os.killpg(grid.pid, signal.SIGINT)  # Ctrl-C in a terminal: the grid and its worker
+    if stop == "ctrl-c":
+        os.killpg(grid.pid, signal.SIGINT)
+    else:
+        grid.send_signal(signal.SIGTERM)
     out, err = grid.communicate(timeout=180)
-    assert grid.returncode == 130, err
+    assert grid.returncode == code, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     line = next((line for line in out.splitlines() if line.startswith("interrupted:")), out)
     assert "1 runs finished now, 1 killed (recorded KILLED)" in line and "run the same command again" in line, out

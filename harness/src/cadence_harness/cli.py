@@ -174,7 +174,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     print(result.summary())
     for spec, reason in result.failed:
         print(f"FAILED {spec.run_name}: {reason.strip().splitlines()[-1] if reason.strip() else reason}")
-    return 130 if result.interrupted else 1 if result.failed else 0  # 130: interrupted, as a shell says
+    return result.interrupted or (1 if result.failed else 0)  # 130 after Ctrl-C, 143 after SIGTERM, as a shell says
 
 
 def _search(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from cadence.termination import RunTerminated, sigterm_raises
 from cadence_harness.records import TAG, records_file
 from cadence_harness.running.bridge import export_runs, import_records
 from cadence_harness.running.membership import StudyMembership
@@ -96,7 +97,7 @@ class GridResult:
     failed: list[tuple[RunSpec, str]] = field(default_factory=list)
     not_started: list[RunSpec] = field(default_factory=list)  # left for the next call (time limit, Ctrl-C)
     killed: list[RunSpec] = field(default_factory=list)  # running when the grid was interrupted: recorded KILLED
-    interrupted: bool = False
+    interrupted: int = 0  # the exit code of the signal that stopped the grid (130 Ctrl-C, 143 SIGTERM), else 0
 
     def summary(self) -> str:
         if self.interrupted:
@@ -235,12 +236,15 @@ def run_grid(
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(launch, s) for s in todo] if isolate else []
         try:
-            for spec, reason, elapsed in (f.result() for f in as_completed(futures)) if isolate else map(launch, todo):
-                record(spec, reason, elapsed)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: no run starts, running ones are recorded KILLED
+            with sigterm_raises():  # kill PID, a scheduler's stop: as Ctrl-C (in-process runs see it as theirs)
+                for spec, reason, elapsed in (
+                    (f.result() for f in as_completed(futures)) if isolate else map(launch, todo)
+                ):
+                    record(spec, reason, elapsed)
+        except (KeyboardInterrupt, RunTerminated) as stop:  # no run starts, running ones are recorded KILLED
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup
             try:
-                result.interrupted = True
+                result.interrupted = 128 + getattr(stop, "signum", signal.SIGINT)
                 interruption.interrupt()
                 for spec in current:  # in this process: the Trainer recorded it KILLED
                     record(spec, KILLED, 0.0)
