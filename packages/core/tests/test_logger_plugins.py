@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import cadence.loggers
 from cadence.registry import RegistryError
+from cadence.testing import write_plugin_distribution
 
 CORE_SRC = Path(cadence.__file__).parent
 
@@ -26,24 +27,7 @@ PLUGIN = """
 """
 
 
-def _distribution(root: Path, dist: str, entry_points: str, module: str | None = None, code: str = "") -> None:
-    info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[cadence.loggers]\n{entry_points}\n")
-    if module:
-        (root / module).mkdir()
-        (root / module / "__init__.py").write_text(textwrap.dedent(code))
-
-
-@pytest.fixture
-def plugin_path(tmp_path: Path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
-    yield tmp_path
-    for name in [m for m in sys.modules if m.startswith(("cadence_test_", "broken_logger"))]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
+_distribution = functools.partial(write_plugin_distribution, group="cadence.loggers")
 
 
 def test_an_installed_logger_plugin_resolves_through_the_group(plugin_path: Path) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -12,16 +12,9 @@ import pytest
 import cadence.algorithms as ca
 import cadence.functional as cf
 from cadence.registry import PluginWarning, RegistryError, build_registry, registry
+from cadence.testing import write_plugin_distribution
 
-
-def _distribution(root: Path, dist: str, entry_points: str, module: str | None = None, code: str = "") -> None:
-    info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[cadence.methods]\n{entry_points}\n")
-    if module:
-        (root / module).mkdir()
-        (root / module / "__init__.py").write_text(textwrap.dedent(code))
+_distribution = functools.partial(write_plugin_distribution, group="cadence.methods")
 
 
 PLUGIN = """
@@ -37,17 +30,6 @@ PLUGIN = """
     def shout_batch(x):
         return x * 2
 """
-
-
-@pytest.fixture
-def plugin_path(tmp_path: Path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    registry.cache_clear()
-    yield tmp_path
-    for name in [m for m in sys.modules if m.startswith(("cadence_test_", "broken_plugin"))]:
-        del sys.modules[name]
-    registry.cache_clear()
-    importlib.invalidate_caches()
 
 
 def test_installed_plugins_appear_lazily(plugin_path: Path) -> None:

@@ -1,5 +1,6 @@
 """What a method package's tests share: `MethodConformance` (the contract every method meets), tiny
-models and datasets, a few-step Trainer, and checks (bitwise state equality, the aten ops a block runs).
+models and datasets, a few-step Trainer, checks (bitwise state equality, the aten ops a block runs), and
+a plugin distribution written for a test (`write_plugin_distribution`).
 
 A method package subclasses `MethodConformance` in its own tests; see `cadence.testing.conformance`.
 """
@@ -17,6 +18,7 @@ from cadence.testing.builders import (
 )
 from cadence.testing.checks import HOST_SYNC_OPS, assert_same_tensors, recording_ops
 from cadence.testing.conformance import MethodConformance
+from cadence.testing.plugins import write_plugin_distribution
 
 __all__ = [
     "HOST_SYNC_OPS",
@@ -32,4 +34,5 @@ __all__ = [
     "recording_ops",
     "sgd_trainer",
     "tiny_image_classifier",
+    "write_plugin_distribution",
 ]
