@@ -245,12 +245,11 @@ def cmd_methods(args: argparse.Namespace) -> int:
     """Each installed method: what it does (its card's tldr, else its class's first docstring line) and the
     hyperparameters it takes."""
     from cadence.registry import registry
-    from cadence_harness.reading.cards import front_matter
+    from cadence_harness.reading.cards import card_paths, front_matter
 
-    reg = registry()
+    reg, cards = registry(), card_paths(REPO_ROOT / "packages" / "methods")
     for name, info in sorted(reg.methods.items()):
-        card = Path(info.module.__file__ or "").resolve().parents[2] / "card.md"  # packages/methods/<name>/card.md
-        what = front_matter(card).get("tldr", "") if card.is_file() else ""
+        what = front_matter(cards[name]).get("tldr", "") if name in cards else ""
         what = what or (info.algorithm.__doc__ or "").strip().split("\n")[0]
         signature = inspect.signature(info.algorithm.__init__)
         hyper = ", ".join(str(p) for n, p in signature.parameters.items() if n != "self")

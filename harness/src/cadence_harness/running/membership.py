@@ -109,8 +109,7 @@ def tag_records(path: str | Path, recipe: str | Path | None = None) -> tuple[int
 
 
 def _tagged(records: Iterable[RunRecord], membership: StudyMembership) -> Iterable[RunRecord]:
-    for record in records:
-        tags = membership.tags(record.config_hash, record.arm) if not record.tag("study") else {}
-        yield (
-            replace(record, tags={**record.tags, **tags}) if tags and record.experiment == membership.study else record
-        )
+    for record in records:  # only the study's own experiment is asked: a foreign arm needs no recipe reloaded
+        mine = record.experiment == membership.study and not record.tag("study")
+        tags = membership.tags(record.config_hash, record.arm) if mine else {}
+        yield replace(record, tags={**record.tags, **tags}) if tags else record
