@@ -135,6 +135,6 @@ def test_a_ratio_of_one_half_halves_the_steps_and_compresses_the_lr_curve_exactl
         assert half[::4] == pytest.approx(whole[::8], abs=1e-12) and len(set(half)) > 1
 
 
-def test_epochs_that_would_not_stay_whole_become_batches() -> None:
-    _, batches = _lr_curve(lambda opt: CosineAnnealingScheduler(), 0.5, duration="3ep")  # 1.5 epochs
-    assert batches == 6
+def test_epochs_are_truncated_as_composer_truncates_them() -> None:
+    _, batches = _lr_curve(lambda opt: CosineAnnealingScheduler(), 0.5, duration="3ep")  # int(1.5) = 1 epoch
+    assert batches == 4

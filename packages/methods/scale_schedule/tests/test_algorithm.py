@@ -109,10 +109,10 @@ def test_methods_on_init_see_the_scaled_run() -> None:
     assert seen == [(Time.from_timestring("4ep"), 0.5)]
 
 
-def test_epochs_that_would_not_stay_whole_become_batches() -> None:
+def test_epochs_are_truncated_as_composer_truncates_them() -> None:
     trainer, _ = _trainer([ScaleSchedule(0.5)], SCHEDULERS["cosine-warmup"][0], max_duration="3ep")
     trainer.fit()
-    assert trainer.state.max_duration == Time.from_timestring("6ba") and trainer.state.timestamp.batch == 6
+    assert trainer.state.max_duration == Time.from_timestring("1ep") and trainer.state.timestamp.batch == 4
 
 
 @pytest.mark.parametrize("name", ["cosine-warmup", "torch-multistep"])

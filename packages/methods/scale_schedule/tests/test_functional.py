@@ -18,10 +18,17 @@ def test_the_functions_are_the_trainers() -> None:
 
 @pytest.mark.parametrize(
     ("duration", "ratio", "per_epoch", "expected"),
-    [("10ep", 0.5, 4, "5ep"), ("3ep", 0.5, 4, "6ba"), ("100ba", 0.25, None, "25ba"), ("4ep", 2.0, None, "8ep")],
+    [("10ep", 0.5, 4, "5ep"), ("10ep", 0.75, 100, "7ep"), ("3ep", 0.5, 4, "1ep"), ("100ba", 0.333, None, "33ba")],
 )
-def test_scale_duration(duration: str, ratio: float, per_epoch: int | None, expected: str) -> None:
+def test_scale_duration_truncates_as_composer(duration: str, ratio: float, per_epoch: int | None, expected: str) -> None:
     assert scale_duration(Time.from_timestring(duration), ratio, per_epoch) == Time.from_timestring(expected)
+
+
+def test_exact_scaling_turns_epochs_that_would_not_stay_whole_into_batches() -> None:
+    assert scale_duration(Time.from_timestring("10ep"), 0.75, 100, exact=True) == Time.from_timestring("750ba")
+    assert scale_duration(Time.from_timestring("10ep"), 0.5, 100, exact=True) == Time.from_timestring("5ep")
+    with pytest.raises(TypeError, match="`exact`"):
+        scale_duration(Time.from_timestring("10ep"), 0.5, 100, exact="yes")  # type: ignore[arg-type]
 
 
 def test_a_duration_scaled_below_one_unit_is_refused_naming_the_smallest_ratio() -> None:
@@ -34,6 +41,15 @@ def test_scale_scheduler_scales_torch_milestones_in_place() -> None:
     multistep = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[30, 60, 80])
     assert scale_scheduler(multistep, 0.5) is multistep
     assert multistep.milestones == Counter({15: 1, 30: 1, 40: 1})
+    assert scale_scheduler(torch.optim.lr_scheduler.MultiStepLR(optimizer, [30, 50]), 0.75).milestones == Counter(
+        {22: 1, 37: 1}
+    )  # Composer's int(m * ratio): 22.5 -> 22, 37.5 -> 37
+    assert scale_scheduler(torch.optim.lr_scheduler.MultiStepLR(optimizer, [2, 3]), 0.4).milestones == Counter(
+        {0: 1, 1: 1}
+    )
+    step = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3)
+    assert scale_scheduler(step, 0.75).step_size == 2  # int(2.25)
+    assert scale_scheduler(torch.optim.lr_scheduler.StepLR(optimizer, step_size=3), 0.25).step_size == 1  # not 0
     lambda_lr = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.9**step)
     with pytest.raises(TypeError, match="LambdaLR"):
         scale_scheduler(lambda_lr, 0.5)
