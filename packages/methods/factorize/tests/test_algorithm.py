@@ -10,6 +10,8 @@ import torch
 from cadence_factorize import Factorize, FactorizedConv2d, FactorizedLinear, apply_factorization
 
 from cadence import CheckpointMismatchError, Event, Resource, State, Trainer
+from cadence.loggers import InMemoryLogger
+from cadence.ops import NoEffectWarning
 from cadence.testing import image_dataset, sgd_trainer, tiny_image_classifier
 
 TINY = {"min_channels": 8, "latent_channels": 4, "min_features": 4, "latent_features": 1}
@@ -73,6 +75,22 @@ def test_a_checkpoint_after_the_surgery_loads_into_a_fresh_model_only_with_the_m
         _trainer([], load_path=checkpoint)
 
 
+def test_nothing_to_factorize_is_a_no_op_with_a_warning_and_no_composer_keys() -> None:
+    logger = InMemoryLogger()
+    with pytest.warns(NoEffectWarning, match="leave nothing to factorize"):
+        trainer = _trainer([Factorize(factorize_convs=False, factorize_linears=False, **TINY)], loggers=[logger])
+    assert not any(isinstance(m, (FactorizedConv2d, FactorizedLinear)) for m in trainer.state.model.modules())
+    assert not any(key.startswith("factorize/") for key in logger.hyperparameters)
+
+
+def test_composer_keys_are_logged_for_each_kind_switched_on() -> None:
+    logger = InMemoryLogger()
+    trainer = _trainer([Factorize(factorize_linears=False, **TINY)], loggers=[logger])
+    convs = sum(isinstance(m, FactorizedConv2d) for m in trainer.state.model.modules())
+    assert convs > 0 and logger.hyperparameters["factorize/num_conv2d_replacements"] == convs
+    assert "factorize/num_linear_replacements" not in logger.hyperparameters
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -81,7 +99,6 @@ def test_a_checkpoint_after_the_surgery_loads_into_a_fresh_model_only_with_the_m
         ({"latent_features": float("inf")}, ValueError, "`latent_features`=inf"),
         ({"min_channels": -8}, ValueError, "`min_channels`=-8"),
         ({"factorize_linears": 1}, TypeError, "`factorize_linears`=1"),
-        ({"factorize_convs": False, "factorize_linears": False}, ValueError, "leave nothing to factorize"),
         ({"strict": None}, TypeError, "`strict`=None"),
     ],
 )

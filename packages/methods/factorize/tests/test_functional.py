@@ -354,9 +354,17 @@ def test_compiled_output_equals_eager() -> None:
         ({"min_channels": -1}, ValueError, "`min_channels`=-1 must be an int >= 0"),
         ({"min_features": 2.0}, TypeError, "`min_features`=2.0"),
         ({"factorize_convs": "yes"}, TypeError, "`factorize_convs`='yes'"),
-        ({"factorize_convs": False, "factorize_linears": False}, ValueError, "leave nothing to factorize"),
     ],
 )
 def test_bad_arguments_are_refused_naming_them(kwargs: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         apply_factorization(nn.Linear(4, 4), **kwargs)
+
+
+def test_nothing_to_factorize_is_a_no_op_with_a_warning_as_in_composer() -> None:
+    model = nn.Linear(64, 64)
+    with pytest.warns(NoEffectWarning, match="factorize_convs=False and factorize_linears=False"):
+        report = apply_factorization(model, factorize_convs=False, factorize_linears=False, min_features=8)
+    assert not report and type(model) is nn.Linear
+    with pytest.raises(NoEffectError, match="leave nothing to factorize"):
+        apply_factorization(model, factorize_convs=False, factorize_linears=False, strict=True)

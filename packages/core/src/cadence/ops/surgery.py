@@ -39,6 +39,7 @@ __all__ = [
     "NoEffectWarning",
     "Policy",
     "SurgeryReport",
+    "count_module_instances",
     "no_effect",
     "replace_modules",
     "unwrap_model",
@@ -99,6 +100,11 @@ class SurgeryReport:
             return f"{self.method} changed no module"
         parts = ", ".join(f"{len(paths)} {kind}" for kind, paths in self.replaced.items())
         return f"{self.method} replaced {self.count} modules: {parts}"
+
+
+def count_module_instances(model: nn.Module, module_class: type[nn.Module] | tuple[type[nn.Module], ...]) -> int:
+    """How many modules of `model` (itself included) are instances of `module_class` (Composer's name)."""
+    return sum(isinstance(module, module_class) for module in model.modules())
 
 
 _MARK = "_cadence_replaced_by"  # on each replacement: the methods that made it (so that none repeats itself)

@@ -1,7 +1,9 @@
 """`SurgeryMethod`: the base of methods that change the model's structure (BlurPool, SqueezeExcite, ...).
 
 The surgery runs once, at INIT: after the optimizers exist (they are rebound, keeping their state)
-and before a checkpoint is loaded and DDP wraps the model. The method logs its report, and a
+and before a checkpoint is loaded and DDP wraps the model. The method logs its report, beside it
+the hyperparameters Composer logs for the same surgery (`composer_hyperparameters`, so dashboards
+built on Composer's names keep working), and a
 checkpoint records every surgery method with its arguments (``required_on_load``): loading it
 into a run that does not apply the same surgery is refused, naming the method to add.
 """
@@ -18,7 +20,7 @@ from cadence.algorithm import Effects, Resource
 from cadence.event import Event
 from cadence.ops.checks import check_bool
 from cadence.ops.method import Method
-from cadence.ops.surgery import SurgeryReport
+from cadence.ops.surgery import SurgeryReport, unwrap_model
 from cadence.state import State
 
 __all__ = ["SurgeryMethod"]
@@ -47,10 +49,17 @@ class SurgeryMethod(Method):
     def surgery(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> SurgeryReport:
         """Change `model` in place (rebinding `optimizers`) and report what changed."""
 
+    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
+        """The keys Composer's version of this method logs after its surgery, with their values
+        (``{"blurpool/num_blurconv_layers": 8, ...}``, counted in `model`); {} where Composer logs none."""
+        return {}
+
     def apply(self, event: Event, state: State, logger: Any) -> None:
         self.report = self.surgery(state.model, state.optimizers)
-        if self.report:
-            logger.log_hyperparameters(self.report.hyperparameters())
+        hyperparameters = {**(self.report.hyperparameters() if self.report else {})}
+        hyperparameters.update(self.composer_hyperparameters(unwrap_model(state.model)))
+        if hyperparameters:
+            logger.log_hyperparameters(hyperparameters)
 
     def effects(self) -> Effects:
         return Effects(writes={Resource.MODEL, Resource.OPTIMIZER})

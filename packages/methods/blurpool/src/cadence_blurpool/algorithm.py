@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cadence.ops import SurgeryMethod, SurgeryReport
+from cadence.ops import SurgeryMethod, SurgeryReport, count_module_instances
 from cadence_blurpool.functional import apply_blurpool, check_blurpool_args
+from cadence_blurpool.layers import BlurConv2d, BlurMaxPool2d
 
 __all__ = ["BlurPool"]
 
@@ -42,3 +43,9 @@ class BlurPool(SurgeryMethod):
             optimizers,
             strict=self.strict,
         )
+
+    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
+        return {
+            "blurpool/num_blurpool_layers": count_module_instances(model, BlurMaxPool2d),
+            "blurpool/num_blurconv_layers": count_module_instances(model, BlurConv2d),
+        }

@@ -6,8 +6,9 @@ import torch
 from torch import nn
 
 from cadence import Effects, Resource
-from cadence.ops import SurgeryMethod, SurgeryReport
+from cadence.ops import SurgeryMethod, SurgeryReport, count_module_instances
 from cadence_factorize.functional import apply_factorization, check_factorize_args
+from cadence_factorize.layers import FactorizedConv2d, FactorizedLinear
 
 __all__ = ["Factorize"]
 
@@ -45,6 +46,14 @@ class Factorize(SurgeryMethod):
             model, self.factorize_convs, self.factorize_linears, self.min_channels, self.latent_channels,
             self.min_features, self.latent_features, optimizers, strict=self.strict,
         )  # fmt: skip
+
+    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
+        counts = {}  # Composer logs each kind only when it is switched on
+        if self.factorize_convs:
+            counts["factorize/num_conv2d_replacements"] = count_module_instances(model, FactorizedConv2d)
+        if self.factorize_linears:
+            counts["factorize/num_linear_replacements"] = count_module_instances(model, FactorizedLinear)
+        return counts
 
     def effects(self) -> Effects:
         # new layers whose weights approximate the old ones; their parameters replace the old in the optimizer

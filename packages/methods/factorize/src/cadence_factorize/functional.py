@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool, check_int, check_number
-from cadence.ops.surgery import Policy, SurgeryReport, replace_modules
+from cadence.ops.surgery import Policy, SurgeryReport, no_effect, replace_modules
 from cadence_factorize.layers import FactorizedConv2d, FactorizedLinear, max_rank_with_speedup, resolve_latent_size
 
 __all__ = ["apply_factorization", "check_factorize_args", "check_latent_size", "factorizing_could_speedup"]
@@ -37,10 +37,6 @@ def check_factorize_args(
     """Reject hyperparameters that cannot work, naming the argument and the allowed range."""
     check_bool("factorize_convs", factorize_convs)
     check_bool("factorize_linears", factorize_linears)
-    if not (factorize_convs or factorize_linears):
-        raise ValueError(
-            "`factorize_convs`=False and `factorize_linears`=False leave nothing to factorize; set one True"
-        )
     check_int("min_channels", min_channels, ge=0, hint="convolutions with fewer input or output channels are kept")
     check_latent_size("latent_channels", latent_channels)
     check_int("min_features", min_features, ge=0, hint="linear layers with fewer input or output features are kept")
@@ -113,6 +109,14 @@ def apply_factorization(
             return None
         return FactorizedLinear.from_linear(linear, latent_features)
 
+    if not (factorize_convs or factorize_linears):  # Composer: a no-op; here also a warning that says so
+        no_effect(
+            "Factorize changed no module: factorize_convs=False and factorize_linears=False leave nothing to "
+            "factorize; set one True",
+            strict=strict,
+            stacklevel=2,
+        )
+        return SurgeryReport("Factorize")
     policies: dict[type[nn.Module], Policy] = {}
     if factorize_convs:
         policies[nn.Conv2d] = factorized_conv  # type: ignore[assignment]

@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 from cadence import NotApplicableError
-from cadence.ops import SurgeryMethod, SurgeryReport
+from cadence.ops import SurgeryMethod, SurgeryReport, count_module_instances
 from cadence_ghost_batchnorm.functional import apply_ghost_batchnorm, check_ghost_batchnorm_args
+from cadence_ghost_batchnorm.layers import GhostBatchNorm1d, GhostBatchNorm2d, GhostBatchNorm3d
 
 __all__ = ["GhostBatchNorm"]
 
@@ -29,6 +30,10 @@ class GhostBatchNorm(SurgeryMethod):
 
     def surgery(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> SurgeryReport:
         return apply_ghost_batchnorm(model, self.ghost_batch_size, optimizers, strict=self.strict)
+
+    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
+        ghosts = (GhostBatchNorm1d, GhostBatchNorm2d, GhostBatchNorm3d)
+        return {"GhostBatchNorm/num_new_modules": count_module_instances(model, ghosts)}
 
     def check_applicable(self, model: Any, batch: Any) -> None:
         items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [batch]

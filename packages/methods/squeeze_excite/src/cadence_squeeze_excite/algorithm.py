@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cadence.ops import SurgeryMethod, SurgeryReport
+from cadence.ops import SurgeryMethod, SurgeryReport, count_module_instances
 from cadence_squeeze_excite.functional import apply_squeeze_excite, check_squeeze_excite_args
+from cadence_squeeze_excite.layers import SqueezeExciteConv2d
 
 __all__ = ["SqueezeExcite"]
 
@@ -25,3 +26,6 @@ class SqueezeExcite(SurgeryMethod):
 
     def surgery(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> SurgeryReport:
         return apply_squeeze_excite(model, self.latent_channels, self.min_channels, optimizers, strict=self.strict)
+
+    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
+        return {"squeeze_excite/num_squeeze_excite_layers": count_module_instances(model, SqueezeExciteConv2d)}
