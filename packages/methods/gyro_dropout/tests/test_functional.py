@@ -30,6 +30,9 @@ def test_output_is_x_times_the_mask_over_one_minus_p_and_rows_are_constant_in_bl
     blocks = mask.view(16, 16, 512)  # blocks of B / tau = 16 rows
     assert torch.equal(blocks, blocks[:, :1].expand_as(blocks))
     assert layer.period == int(196 * 100 / 256) * 16 == 1216
+    assert torch.equal(layer.dropout_mask, mask)  # exposed as Composer's attribute
+    for i, j in [(0, 0), (17, 300), (255, 511)]:  # Composer's element-wise check, on a few elements
+        assert x[i][j] * layer.dropout_mask[i][j] * (1 / (1 - layer.p)) == y[i][j]
 
 
 def test_the_pool_keeps_each_unit_with_probability_one_minus_p() -> None:

@@ -37,7 +37,9 @@ class GyroDropoutLayer(nn.Module):
     least 1: over the run each mask of the pool gets about the same share of the steps.
 
     The pool, the picked masks (buffers) and the step count (extra state) are in the state dict,
-    so a run resumed from a checkpoint goes on with the same sub-networks.
+    so a run resumed from a checkpoint goes on with the same sub-networks. ``dropout_mask`` holds
+    the ``(B, units)`` mask of the last training forward, in the input's dtype (Composer's attribute;
+    not saved).
 
     Args:
         iters_per_epoch: training steps per epoch. max_epoch: epochs of the run (only
@@ -67,6 +69,7 @@ class GyroDropoutLayer(nn.Module):
         self.register_buffer("preselect_masks", torch.zeros(0, 0, dtype=torch.bool))  # (sigma, units) once drawn
         self.register_buffer("selected_masks", torch.zeros(0, dtype=torch.long))  # (tau,) indices into the pool
         self.training_step = 0
+        self.dropout_mask = torch.empty(0, 0)  # Composer's attribute: the (B, units) mask of the last training forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
@@ -84,8 +87,8 @@ class GyroDropoutLayer(nn.Module):
             )
         self.training_step += 1
         rows = torch.arange(x.shape[0], device=x.device) * self.tau // x.shape[0]
-        mask = self.preselect_masks[self.selected_masks[rows]]  # (B, units)
-        mask = mask.view(x.shape[0], *[1] * (x.ndim - 2), x.shape[-1]).to(x.dtype)
+        self.dropout_mask = self.preselect_masks[self.selected_masks[rows]].to(x.dtype)  # (B, units)
+        mask = self.dropout_mask.view(x.shape[0], *[1] * (x.ndim - 2), x.shape[-1])
         return x * mask * (1.0 / (1.0 - self.p))
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
