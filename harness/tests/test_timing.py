@@ -100,3 +100,56 @@ def test_a_batch_during_which_work_is_counted_is_timed_apart_as_a_shape_warmup()
     assert summary["final/shape_warmups"] == 1
     assert summary["final/warmup_s"] >= 0.3 > summary["final/train_s"]  # the sleep left the timed region
     assert summary["final/samples_per_s"] == 12 / summary["final/train_s"]  # the other 3 batches of 4
+
+
+class BusyOtherThread(Callback):
+    """Keeps a second thread spinning on the CPU during every training batch (the training thread waits)."""
+
+    def batch_start(self, state: Any, logger: Any) -> None:
+        import threading
+
+        def spin() -> None:
+            end = time.perf_counter() + 0.05
+            while time.perf_counter() < end:
+                pass
+
+        worker = threading.Thread(target=spin)
+        worker.start()
+        worker.join()
+
+
+def test_the_training_threads_cpu_time_excludes_other_threads_work() -> None:
+    timer = RunTimer("MulticlassAccuracy", target=None)
+    trainer = Trainer(
+        model=Classifier(torch.nn.Linear(4, 2), 2),
+        train_dataloader=DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4),
+        max_duration="4ba",
+        callbacks=[timer, BusyOtherThread()],
+        progress_bar=False,
+        seed=0,
+    )
+    trainer.fit()
+    trainer.close()
+    summary = timer.summary(torch.device("cpu"))
+    assert summary["final/cpu_s"] >= 0.15  # the process: four 0.05 s spins of the other thread
+    assert summary["final/main_thread_cpu_s"] < summary["final/cpu_s"] - 0.1  # the training thread only waited
+
+
+def test_the_machine_probe_reads_the_host_load_at_evaluations_and_at_the_end() -> None:
+    from cadence_harness.running.machine_probe import MachineProbe, host_load
+
+    timer = RunTimer("MulticlassAccuracy", target=None)
+    train(timer)
+    assert timer.probe is not None and len(timer.probe.loads) == 3  # 2 evaluations + the end of fit
+    load = host_load()
+    assert load == -1.0 or 0 <= load < 1000
+    summary = timer.summary(torch.device("cpu"))
+    assert summary.get("final/host_load", 0.0) == max(timer.probe.loads)
+    assert not any(key.startswith("final/gpu_") for key in summary)  # no GPU readings on the CPU
+    probe = MachineProbe(torch.device("cpu"), loads=[0.2, -1.0], gpu=[(1980.0, 50.0, 300.0), (1500.0, 70.0, 500.0)])
+    assert probe.summary() == {
+        "final/host_load": 0.2,
+        "final/gpu_sm_clock_min_mhz": 1500.0,
+        "final/gpu_temperature_max_c": 70.0,
+        "final/gpu_power_mean_w": 400.0,
+    }

@@ -14,7 +14,11 @@ Beside wall-clock, the same segments accumulate the process's CPU time (``time.p
 every thread of this process, user and system). On a shared machine another process slows the
 clock but not this process's CPU time, so ``final/cpu_s`` is the steadier cost on CPU, though not
 immune: torch's OpenMP threads can spin while they wait for a descheduled sibling, and spinning is CPU
-time. DataLoader worker processes are not included (the default tensor loader has none).
+time. DataLoader worker processes are not included (the default tensor loader has none). The training
+thread's own CPU time is kept apart (``final/main_thread_cpu_s``): on a GPU it is the host work that feeds
+the device. `MachineProbe` reads the host's load and the GPU's clock, temperature and power at each
+evaluation and at the end (``final/host_load``, ``final/gpu_*``), so that a slow run can be told apart as
+a busy host or a throttled device.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cadence.callback import Callback
+from cadence_harness.running.machine_probe import MachineProbe
 
 if TYPE_CHECKING:
     from cadence.loggers.logger import Logger
@@ -50,11 +55,14 @@ class _Stopwatch:
         self.cuda = device.type == "cuda"
         self.total = 0.0
         self.cpu_total = 0.0
+        self.thread_total = 0.0  # CPU time of the thread that trains (the one that feeds a GPU)
         self._start: Any = None
         self._cpu_start = 0.0
+        self._thread_start = 0.0
 
     def start(self) -> None:
         self._cpu_start = time.process_time()
+        self._thread_start = time.thread_time()
         if self.cuda:
             self._start = torch.cuda.Event(enable_timing=True)
             self._start.record()
@@ -66,6 +74,7 @@ class _Stopwatch:
         if self._start is None:
             return self.total
         self.cpu_total += time.process_time() - self._cpu_start
+        self.thread_total += time.thread_time() - self._thread_start
         if self.cuda:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
@@ -120,10 +129,12 @@ class RunTimer(Callback):
         self._data_start = 0.0
         self._samples_at_start = 0
         self._tokens_at_start = 0
+        self.probe: MachineProbe | None = None
 
     # Training region --------------------------------------------------------------------
     def fit_start(self, state: State, logger: Logger) -> None:
         self._state = state  # `time_apart` reads the sample count from it
+        self.probe = MachineProbe(state.device)
         if state.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(state.device)
         self._wall_start = time.perf_counter()
@@ -172,6 +183,8 @@ class RunTimer(Callback):
         self.eval_s += time.perf_counter() - self._eval_start
         if self.train is None:  # an eval() outside fit()
             return
+        if self.probe is not None:
+            self.probe.read()  # after the device worked on training and evaluation, outside the timed region
         train_s = self.train.total
         metrics: dict[str, float] = {
             "time/train_s": train_s,
@@ -197,6 +210,8 @@ class RunTimer(Callback):
         self.warmup.stop()
         self.train.stop()
         self.wall_s = time.perf_counter() - self._wall_start
+        if self.probe is not None:
+            self.probe.read()
         self.samples = state.timestamp.sample - self._samples_at_start - self._warmup_samples
         self.tokens = state.timestamp.token - self._tokens_at_start
         logger.log_metrics(self.summary(state.device))
@@ -208,6 +223,7 @@ class RunTimer(Callback):
         summary = {
             "final/train_s": train_s,
             "final/cpu_s": self.train.cpu_total,
+            "final/main_thread_cpu_s": self.train.thread_total,
             "final/warmup_s": self.warmup.total,
             "final/shape_warmups": float(self.shape_warmups),
             "final/eval_s": self.eval_s,
@@ -216,6 +232,8 @@ class RunTimer(Callback):
             "final/data_wait_frac": self.data_wait_s / self.wall_s if self.wall_s > 0 else 0.0,
             "final/peak_memory_mb": peak_memory_mb(device),
         }
+        if self.probe is not None:
+            summary.update(self.probe.summary())
         if self.tokens:
             summary["final/tokens_per_s"] = self.tokens / train_s if train_s > 0 else 0.0
         if self.last_value is not None:
