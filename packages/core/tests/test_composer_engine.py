@@ -6,12 +6,16 @@
 - On INIT the log destinations run first, then the other callbacks, then the methods; on other
   events the methods, then the callbacks, then the destinations.
 - ``close()`` calls every callback's ``close`` then ``post_close``, once; a closed engine runs no
-  events; a callback still open in a live trainer cannot start in a second one.
+  events; a callback still open in a live trainer cannot start in a second one (Composer's message).
+- An engine nobody closed closes the callbacks it started when it is garbage-collected, and at exit.
 """
 
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import pytest
@@ -254,6 +258,9 @@ def test_a_callback_still_open_in_a_live_trainer_cannot_start_another() -> None:
     first = _trainer(callbacks=[callback])
     with pytest.raises(RuntimeError, match=r"Journal is still open in a previous Trainer.*trainer\.close\(\)"):
         _trainer(callbacks=[callback])
+    composers = "Cannot create a new trainer with an open callback or logger from a previous trainer"
+    with pytest.raises(RuntimeError, match=composers):  # the words Composer users match on
+        _trainer(callbacks=[callback])
     second = _trainer(loggers=[destination])
     with pytest.raises(RuntimeError, match="InMemoryLogger is still open"):
         _trainer(loggers=[destination])
@@ -284,3 +291,47 @@ def test_the_same_engine_may_run_init_twice() -> None:
     engine.run_event(Event.INIT)
     engine.run_event(Event.INIT)  # its own callbacks are not "open elsewhere"
     engine.close()
+
+
+def test_an_engine_nobody_closed_closes_its_callbacks_when_garbage_collected() -> None:
+    log: list[str] = []
+    engine = Engine(State(model=mlp_classifier(4, 2), callbacks=[Journal("a", log)]))
+    engine.run_event(Event.INIT)
+    del engine  # the last reference: Composer's Engine.__del__ closes it
+    assert log == ["a@init", "a.close", "a.post_close"]
+
+
+def test_an_engine_that_never_started_a_callback_closes_none_when_collected() -> None:
+    log: list[str] = []
+    callback = Journal("shared", log)
+    first = Engine(State(model=mlp_classifier(4, 2), callbacks=[callback]))
+    first.run_event(Event.INIT)
+    second = Engine(State(model=mlp_classifier(4, 2), callbacks=[callback]))
+    with pytest.raises(RuntimeError, match="still open"):
+        second.run_event(Event.INIT)
+    del second
+    gc.collect()
+    assert log == ["shared@init"]  # still the first engine's, still open
+    first.close()
+    assert log == ["shared@init", "shared.close", "shared.post_close"]
+
+
+def test_engines_still_open_at_exit_close_their_callbacks() -> None:
+    code = textwrap.dedent(
+        """
+        from cadence import Callback, Engine, Event, State
+        from cadence.testing import mlp_classifier
+
+        class Says(Callback):
+            def close(self, state, logger):
+                print("closed")
+
+            def post_close(self):
+                print("post-closed")
+
+        engine = Engine(State(model=mlp_classifier(4, 2), callbacks=[Says()]))
+        engine.run_event(Event.INIT)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["closed", "post-closed"]

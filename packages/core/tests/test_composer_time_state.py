@@ -2,14 +2,15 @@
 
 import datetime
 import pickle
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
 from torch.utils.data import DataLoader
 
-from cadence import State, Time, Timestamp, TimeUnit
+from cadence import Event, State, Time, Timestamp, TimeUnit
 from cadence.testing import mlp_classifier
-from cadence.time import NotAWholeCountError, TimeUnitMismatchError
+from cadence.time import NotATimeError, NotAWholeCountError, TimeUnitMismatchError
 
 
 # Time ---------------------------------------------------------------------------------------
@@ -98,7 +99,63 @@ def test_fractional_counts_raise_composer_typeerror_and_cadence_valueerror() -> 
             Time(1.5, "ba")
 
 
+def test_composers_named_constructors() -> None:
+    made = [Time.from_iteration(2), Time.from_epoch(3), Time.from_batch(4), Time.from_sample(5), Time.from_token(6)]
+    assert made == [Time(2, "iter"), Time(3, "ep"), Time(4, "ba"), Time(5, "sp"), Time(6, "tok")]
+    assert Time.from_duration(0.25) == Time(0.25, "dur") and Time.from_second(7) == Time(7, "sec")
+    assert Time.from_timedelta("1h20m40s") == Time(4840, "sec") and Time.from_timedelta("45s") == Time(45, "sec")
+    with pytest.raises(ValueError, match="wall-clock string"):
+        Time.from_timedelta("3ep")
+
+
+def test_repr_is_composers_and_reads_back() -> None:
+    for time in (Time(1, "tok"), Time(0.5, "dur"), Time(3, TimeUnit.ITERATION)):
+        assert eval(repr(time), {"Time": Time, "TimeUnit": TimeUnit}) == time
+    assert repr(Time(1, "tok")) == "Time(1, TimeUnit.TOKEN)"
+    assert eval(repr(Timestamp(epoch=2, batch=5)), {"Timestamp": Timestamp}) == Timestamp(epoch=2, batch=5)
+
+
+def test_from_input_refuses_what_is_not_a_time_with_composers_runtimeerror() -> None:
+    for bad in (None, [123], {"ep": 1}, True):
+        for catch in (RuntimeError, TypeError, NotATimeError):
+            with pytest.raises(catch, match="expected a Time, a string like '10ep' or a number"):
+                Time.from_input(bad)  # type: ignore[arg-type]
+    assert Time.from_input(0.5, "dur") == Time(0.5, "dur") and Time.from_input(2.0, "ba") == Time(2, "ba")
+    assert Time.from_input(3) == Time(3, "ep")  # cadence: a bare number is epochs (Composer: RuntimeError)
+
+
+def test_units_and_events_are_found_by_name_in_any_case() -> None:
+    assert Event("INIT") is Event.INIT and Event("Batch_End") is Event.BATCH_END and Event("fit_end") is Event.FIT_END
+    assert TimeUnit("EPOCH") is TimeUnit.EPOCH and TimeUnit("Ba") is TimeUnit.BATCH and TimeUnit("tokens")
+    with pytest.raises(ValueError, match="is not a valid Event"):
+        Event("batch")
+
+
 # Timestamp -------------------------------------------------------------------------------------
+def test_wall_clock_fields_equal_composers_timedeltas() -> None:
+    ts = Timestamp().to_next_batch(10, 20, datetime.timedelta(seconds=5))
+    for field in (ts.total_wct, ts.epoch_wct, ts.batch_wct, ts.iteration_wct):
+        assert field == datetime.timedelta(seconds=5) and datetime.timedelta(seconds=5) == field
+        assert field != datetime.timedelta(seconds=4) and field < datetime.timedelta(seconds=6)
+        assert field == 5.0 and hash(field) == hash(5.0)  # still the float cadence logs and checkpoints
+    ts = ts.to_next_epoch(duration=datetime.timedelta(seconds=5))
+    assert ts.total_wct == datetime.timedelta(seconds=10)
+    assert ts.epoch_wct == ts.batch_wct == datetime.timedelta(0)  # both restart with the epoch, as in Composer
+
+
+def test_timestamp_fields_are_read_only_except_composers_epoch_in_iteration() -> None:
+    ts = Timestamp(epoch_in_iteration=1)
+    ts.epoch_in_iteration = 2  # Composer's one setter
+    assert ts.epoch_in_iteration == 2 and ts.epoch_in_iteration.unit is TimeUnit.EPOCH
+    with pytest.raises(ValueError, match="counts ep"):
+        ts.epoch_in_iteration = Time(1, "ba")
+    with pytest.raises(FrozenInstanceError, match=r"Timestamp.batch.*timestamp.copy\(batch=...\)"):
+        ts.batch = 3
+    with pytest.raises(AttributeError):
+        ts.total_wct = 1.0
+    assert ts.copy(batch=3).batch == 3 and ts.batch == 0  # the supported way to set a field
+
+
 def test_timestamp_fields_compare_with_time_and_read_like_composer_times() -> None:
     ts = Timestamp(epoch=1, batch=12, sample=48)
     assert ts.batch >= Time(10, "ba") and ts.batch == Time(12, "ba") and not ts.batch < Time(12, "ba")

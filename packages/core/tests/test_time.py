@@ -56,7 +56,7 @@ def test_arithmetic_and_comparison() -> None:
     with pytest.raises(ValueError, match="units differ"):
         _ = Time(1, "ep") < Time(1, "ba")
     assert hash(Time(1, "ep")) == hash(Time(1, "epoch"))
-    assert str(Time(3, "ba")) == "3ba" and repr(Time(3, "ba")) == "Time(3, 'ba')"
+    assert str(Time(3, "ba")) == "3ba" and repr(Time(3, "ba")) == "Time(3, TimeUnit.BATCH)"
 
 
 def test_time_is_immutable() -> None:

@@ -27,6 +27,11 @@ class TimeUnit(str, Enum):
     SECOND = "sec"
 
     @classmethod
+    def _missing_(cls, value: object) -> TimeUnit | None:
+        """Composer's lookup: ``TimeUnit("EPOCH")``, ``TimeUnit("Ep")`` and the long names match, in any case."""
+        return _UNIT_ALIASES.get(value.strip().lower()) if isinstance(value, str) else None
+
+    @classmethod
     def parse(cls, unit: TimeUnit | str) -> TimeUnit:
         if isinstance(unit, TimeUnit):
             return unit
@@ -135,8 +140,9 @@ def count_unchecked(value: int, unit: TimeUnit) -> Count:
 
 
 class Seconds(float):
-    """Wall-clock seconds, as a `Timestamp` holds them: a ``float`` that also answers
-    ``total_seconds()``, so code written for Composer's ``datetime.timedelta`` fields keeps working."""
+    """Wall-clock seconds, as a `Timestamp` holds them: a ``float`` that also answers ``total_seconds()``
+    and compares with a ``datetime.timedelta`` (``ts.total_wct == timedelta(seconds=5)``), so code written
+    for Composer's ``timedelta`` fields keeps working."""
 
     def __new__(cls, value: float | datetime.timedelta) -> Seconds:
         if isinstance(value, datetime.timedelta):
@@ -151,8 +157,33 @@ class Seconds(float):
     def total_seconds(self) -> float:
         return float(self)
 
+    def __eq__(self, other: object) -> bool:
+        return float(self) == _seconds(other)
+
+    def __ne__(self, other: object) -> bool:
+        return float(self) != _seconds(other)
+
+    def __lt__(self, other: object) -> bool:
+        return float(self) < _seconds(other)
+
+    def __le__(self, other: object) -> bool:
+        return float(self) <= _seconds(other)
+
+    def __gt__(self, other: object) -> bool:
+        return float(self) > _seconds(other)
+
+    def __ge__(self, other: object) -> bool:
+        return float(self) >= _seconds(other)
+
+    __hash__ = float.__hash__
+
     def as_timedelta(self) -> datetime.timedelta:
         return datetime.timedelta(seconds=float(self))
+
+
+def _seconds(other: object) -> Any:
+    """A ``timedelta`` as its seconds, so `Seconds` compares with one; anything else as given."""
+    return other.total_seconds() if isinstance(other, datetime.timedelta) else other
 
 
 def as_count(name: str, value: Any, unit: TimeUnit) -> Count:

@@ -17,6 +17,10 @@ Composer. cadence adds three declarations the engine uses before training starts
 * ``check_applicable(model, batch)``: whether the method can work on this model and these
   batches. The trainer asks on the first training batch, before any method runs; the harness
   asks before training starts. A method card's *applicability* line is what this checks.
+
+As in Composer, an object that does not subclass `Algorithm` also runs if it has callable
+``match(event, state)`` and ``apply(event, state, logger)`` (a ``unittest.mock.Mock`` will do). It
+declares nothing, so the engine treats it conservatively; `DuckTypedAlgorithm` says how.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ if TYPE_CHECKING:
     from cadence.loggers.logger import Logger
     from cadence.state import State
 
-__all__ = ["Algorithm", "Effects", "NotApplicableError", "Resource"]
+__all__ = ["Algorithm", "DuckTypedAlgorithm", "Effects", "NotApplicableError", "Resource", "as_algorithm"]
+__all__ += ["has_algorithm_hooks"]
 
 
 class NotApplicableError(ValueError):
@@ -179,3 +184,72 @@ def _show(value: Any) -> str:
     if callable(value) and not isinstance(value, type):
         return getattr(value, "__qualname__", type(value).__name__)
     return repr(value)
+
+
+def has_algorithm_hooks(obj: Any) -> bool:
+    """True for what runs as a method: an `Algorithm`, or an instance with callable ``match`` and ``apply``."""
+    if isinstance(obj, type):
+        return False
+    if isinstance(obj, Algorithm):
+        return True
+    return callable(getattr(obj, "match", None)) and callable(getattr(obj, "apply", None))
+
+
+def as_algorithm(obj: Any) -> Algorithm:
+    """`obj` as the engine and trainer read a method: itself if it is an `Algorithm`, else its `DuckTypedAlgorithm`."""
+    return obj if isinstance(obj, Algorithm) else DuckTypedAlgorithm(obj)
+
+
+class DuckTypedAlgorithm(Algorithm):
+    """A Composer-style method that does not subclass `Algorithm` (any object with ``match(event, state)`` and
+    ``apply(event, state, logger)``), seen through cadence's declarations.
+
+    It declares nothing, so it is treated conservatively: ``match`` is asked on every event; it has order 0,
+    so it keeps its place in the list among the methods of order 0 (and runs reversed on ``AFTER_*`` events
+    like every method); its effects are unknown, so no conflict or duplicate check can involve it (the engine
+    logs a note and ``Engine.describe()`` marks it). Composer's optional members are used when the object has
+    them with the right type: ``find_unused_parameters`` and ``backwards_create_graph`` (only an exact True
+    counts, so a ``Mock``'s attributes do not), ``required_on_load()``, ``state_dict()`` (a dict, else its
+    repr is saved, as Composer's default) and ``load_state_dict(state)``.
+    """
+
+    def __init__(self, wrapped: Any):
+        self.wrapped = wrapped
+
+    def match(self, event: Event, state: State) -> bool:
+        return self.wrapped.match(event, state)
+
+    def apply(self, event: Event, state: State, logger: Logger) -> int | None:
+        return self.wrapped.apply(event, state, logger)
+
+    @property
+    def name(self) -> str:
+        return type(self.wrapped).__name__
+
+    @property
+    def find_unused_parameters(self) -> bool:
+        return getattr(self.wrapped, "find_unused_parameters", False) is True
+
+    @property
+    def backwards_create_graph(self) -> bool:
+        return getattr(self.wrapped, "backwards_create_graph", False) is True
+
+    def required_on_load(self) -> bool:  # type: ignore[override]  # per instance: it asks the wrapped object
+        method = getattr(self.wrapped, "required_on_load", None)
+        return callable(method) and method() is True
+
+    def hparams(self) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        method = getattr(self.wrapped, "state_dict", None)
+        saved = method() if callable(method) else None
+        return saved if isinstance(saved, dict) else {"repr": repr(self.wrapped)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        method = getattr(self.wrapped, "load_state_dict", None)
+        if callable(method):
+            method(state)
+
+    def __repr__(self) -> str:
+        return repr(self.wrapped)

@@ -2,19 +2,22 @@
 
 Dispatch lists are computed once per event (methods filtered by their declared ``events``
 and sorted by ``order``), so the per-batch cost of an idle method is one ``match`` call.
+Which methods may run together is checked in `cadence._composition` (re-exported here).
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import combinations
 from types import MappingProxyType
 from typing import Any
 
-from cadence.algorithm import Algorithm
+from cadence._composition import MethodConflictError, check_composition
+from cadence.algorithm import Algorithm, DuckTypedAlgorithm, as_algorithm
 from cadence.callback import Callback
 from cadence.event import Event
 from cadence.loggers.destination import LoggerDestination
@@ -22,6 +25,8 @@ from cadence.loggers.logger import Logger
 from cadence.state import State
 
 __all__ = ["Engine", "MethodConflictError", "MethodError", "Trace", "Traces", "check_composition"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,68 +88,6 @@ class MethodError(RuntimeError):
         super().__init__(f"{owner} failed on event {event.value!r}: {type(error).__name__}: {error}")
 
 
-class MethodConflictError(ValueError):
-    """Two methods in the same run would corrupt each other's work."""
-
-
-def check_composition(algorithms: Sequence[Algorithm]) -> None:
-    """Reject a list of methods that cannot run together, before anything trains."""
-    for index, algorithm in enumerate(algorithms):
-        if isinstance(algorithm, type):
-            raise TypeError(
-                f"algorithms[{index}] is the class {algorithm.__name__}; pass an instance: {algorithm.__name__}()"
-            )
-        if not isinstance(algorithm, Algorithm):
-            raise TypeError(
-                f"algorithms[{index}] is a {type(algorithm).__name__}, not a cadence.Algorithm; "
-                "pass Algorithm instances (e.g. MixUp()); callbacks go in callbacks=[...]"
-            )
-    seen: dict[int, int] = {}
-    for index, algorithm in enumerate(algorithms):
-        if id(algorithm) in seen:
-            raise MethodConflictError(
-                f"the same {algorithm.name} instance is listed twice (positions {seen[id(algorithm)]} and {index}); "
-                "list each method once"
-            )
-        seen[id(algorithm)] = index
-    for first, second in combinations(algorithms, 2):
-        _check_pair(first, second)
-    _check_duplicate_classes(algorithms)
-
-
-def _check_duplicate_classes(algorithms: Sequence[Algorithm]) -> None:
-    """Two instances of one class that writes something would apply it twice (MixUp twice mixes twice)."""
-    first_seen: dict[type, int] = {}
-    for index, algorithm in enumerate(algorithms):
-        kind = type(algorithm)
-        if kind not in first_seen:
-            first_seen[kind] = index
-            continue
-        writes = algorithm.effects().writes
-        if writes and not kind.allow_duplicates:
-            touched = ", ".join(sorted(resource.value for resource in writes))
-            raise MethodConflictError(
-                f"{algorithm.name} is listed twice (positions {first_seen[kind]} and {index}): it changes the "
-                f"{touched}, so every batch would get it twice. List it once (with the hyperparameters you want); "
-                f"a class meant to run several times sets allow_duplicates = True"
-            )
-
-
-def _check_pair(first: Algorithm, second: Algorithm) -> None:
-    effects_a, effects_b = first.effects(), second.effects()
-    for a, b, effects in ((first, second, effects_a), (second, first, effects_b)):
-        fix = effects.conflicts.get(b.name)
-        if fix is not None:
-            raise MethodConflictError(f"{a.name} and {b.name} cannot be used together. Fix: {fix}")
-    for resource in effects_a.exclusive.keys() & effects_b.exclusive.keys():
-        what_a, what_b = effects_a.exclusive[resource], effects_b.exclusive[resource]
-        raise MethodConflictError(
-            f"{first.name} and {second.name} cannot be used together: {first.name} {what_a} and "
-            f"{second.name} {what_b}, and only one method may own the {resource.value}. "
-            f"Fix: drop one of them, or configure one of them to leave the {resource.value} alone."
-        )
-
-
 class Engine:
     """Runs methods and callbacks on events.
 
@@ -191,26 +134,27 @@ class Engine:
         """Recompute which method and callback runs on which event, in which order."""
         algorithms, callbacks = self.state.algorithms, self.state.callbacks
         check_composition(algorithms)
-        ranked = sorted(algorithms, key=lambda algorithm: algorithm.order)  # stable
+        views = [as_algorithm(a) for a in algorithms]  # a duck-typed method through its DuckTypedAlgorithm
+        ranked = sorted(views, key=lambda algorithm: algorithm.order)  # stable
         for event in Event:
             candidates = [a for a in ranked if not a.events or event in a.events]
             self._algorithm_plan[event] = candidates[::-1] if event.runs_methods_in_reverse else candidates
             self._callback_plan[event] = _callback_order(event, [c for c in callbacks if c.handles(event)])
         self._planned_algorithms, self._planned_callbacks = algorithms, callbacks
         self._planned_sizes = (len(algorithms), len(callbacks))
-        self._trace_names = {id(a): f"{a!r}/" for a in algorithms}  # repr once per plan, not once per event
+        self._trace_names = {id(a): f"{a!r}/" for a in views}  # repr once per plan, not once per event
 
     def plan(self, event: Event | str) -> list[Algorithm]:
-        """The methods that may run on `event`, in the order they would run."""
+        """The methods that may run on `event`, in the order they would run (as listed in ``state.algorithms``)."""
         self._replan_if_stale()
-        return list(self._algorithm_plan[Event(event)])
+        return [_listed(algorithm) for algorithm in self._algorithm_plan[Event(event)]]
 
     def describe(self) -> str:
         """A printable table of which method may run on which event, in order."""
         self._replan_if_stale()
         lines = ["event                 methods (in run order) | callbacks"]
         for event in Event:
-            methods = [a.name if a.events else f"{a.name}(match decides)" for a in self._algorithm_plan[event]]
+            methods = [_described(a) for a in self._algorithm_plan[event]]
             callbacks = [type(c).__name__ for c in self._callback_plan[event]]
             if methods or callbacks:
                 lines.append(f"{event.value:<21} {', '.join(methods) or '-'} | {', '.join(callbacks) or '-'}")
@@ -307,7 +251,7 @@ class Engine:
         Raises the first method's `NotApplicableError`, whose message names the method and the fix.
         """
         for algorithm in self.state.algorithms:
-            algorithm.check_applicable(self.state.model, batch)
+            as_algorithm(algorithm).check_applicable(self.state.model, batch)
 
     def close(self) -> None:
         """End the engine: every callback's ``close``, then ``post_close`` for those whose close worked.
@@ -324,6 +268,22 @@ class Engine:
             _attempt(callback, "post_close")
         _release(self)
 
+    def __del__(self) -> None:
+        """An engine nobody closed closes when it is garbage-collected, as in Composer: the callbacks it started
+        (and no other engine took over) get ``close`` and ``post_close``; failures are logged, never raised."""
+        if not _EXITING and not getattr(self, "_closed", True):  # False until __init__ got that far
+            self._close_started()
+
+    def _close_started(self) -> None:
+        """Close the callbacks this engine started, quietly (garbage collection and interpreter exit)."""
+        self._closed = True
+        state, logger = self.state, self.logger
+        mine = [callback for callback in self._opened if _owner_or_none(callback) in (None, self)]
+        closed = [callback for callback in mine if _attempt(callback, "close", state, logger, quiet=True)]
+        for callback in closed:
+            _attempt(callback, "post_close", quiet=True)
+        _release(self)
+
     @property
     def closed(self) -> bool:
         """True once `close` ran: the engine runs no more events."""
@@ -337,6 +297,17 @@ class Engine:
             )
 
 
+def _listed(algorithm: Algorithm) -> Any:
+    """The object the user listed: a duck-typed method rather than its `DuckTypedAlgorithm` view."""
+    return algorithm.wrapped if isinstance(algorithm, DuckTypedAlgorithm) else algorithm
+
+
+def _described(algorithm: Algorithm) -> str:
+    if isinstance(algorithm, DuckTypedAlgorithm):
+        return f"{algorithm.name}(match decides; effects undeclared)"
+    return algorithm.name if algorithm.events else f"{algorithm.name}(match decides)"
+
+
 def _callback_order(event: Event, callbacks: list[Callback]) -> list[Callback]:
     """Composer's order: log destinations first on INIT (so they are ready), last on every other event
     (so they see what the other callbacks logged); the user's order otherwise."""
@@ -345,11 +316,16 @@ def _callback_order(event: Event, callbacks: list[Callback]) -> list[Callback]:
     return destinations + others if event is Event.INIT else others + destinations
 
 
-def _attempt(callback: Callback, name: str, *args: Any) -> bool:
+def _attempt(callback: Callback, name: str, *args: Any, quiet: bool = False) -> bool:
+    """Call ``callback.<name>(*args)``; a failure becomes a warning (a log record when `quiet`) and False."""
     try:
         getattr(callback, name)(*args)
     except Exception as error:  # closing must reach every callback
-        warnings.warn(f"{type(callback).__name__}.{name}() failed: {type(error).__name__}: {error}", stacklevel=3)
+        message = f"{type(callback).__name__}.{name}() failed: {type(error).__name__}: {error}"
+        if quiet:  # garbage collection or interpreter exit: nobody to warn
+            _log.error(message)
+        else:
+            warnings.warn(message, stacklevel=3)
         return False
     return True
 
@@ -357,6 +333,12 @@ def _attempt(callback: Callback, name: str, *args: Any) -> bool:
 # The callbacks started by a live engine and not closed yet: id(callback) -> that engine. An entry whose
 # engine was closed or garbage-collected is stale (its callbacks are free again).
 _OPEN_CALLBACKS: dict[int, weakref.ref[Engine]] = {}
+
+
+def _owner_or_none(callback: Callback) -> Engine | None:
+    """The engine that claimed `callback` last, if it is still alive (closed or not)."""
+    ref = _OPEN_CALLBACKS.get(id(callback))
+    return ref() if ref is not None else None
 
 
 def _owner(callback: Callback) -> Engine | None:
@@ -375,6 +357,7 @@ def _claim(engine: Engine) -> None:
         owner = _owner(callback)
         if owner is not None and owner is not engine:
             raise RuntimeError(
+                "Cannot create a new trainer with an open callback or logger from a previous trainer: "
                 f"{type(callback).__name__} is still open in a previous Trainer (or Engine); a callback or "
                 "logger cannot serve two runs at once. Call trainer.close() on the previous trainer before "
                 "creating this one, or pass a new instance"
@@ -383,6 +366,7 @@ def _claim(engine: Engine) -> None:
         if not any(c is callback for c in engine._opened):
             engine._opened.append(callback)
         _OPEN_CALLBACKS[id(callback)] = weakref.ref(engine)
+    _STARTED_ENGINES.add(engine)
     for key in [key for key, ref in _OPEN_CALLBACKS.items() if ref() is None]:
         del _OPEN_CALLBACKS[key]
 
@@ -392,3 +376,20 @@ def _release(engine: Engine) -> None:
         if _OPEN_CALLBACKS.get(id(callback)) is not None and _OPEN_CALLBACKS[id(callback)]() is engine:
             del _OPEN_CALLBACKS[id(callback)]
     engine._opened.clear()
+
+
+# Engines that ran INIT, for the exit hook (weak: an engine still closes when it is garbage-collected).
+_STARTED_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+_EXITING = False  # set by the exit hook: from then on Python is shutting down and __del__ closes nothing
+
+
+def _close_at_exit() -> None:
+    """Composer closes every engine still open when the interpreter exits; so does cadence."""
+    global _EXITING
+    for engine in list(_STARTED_ENGINES):
+        if not engine._closed:
+            engine._close_started()
+    _EXITING = True
+
+
+atexit.register(_close_at_exit)

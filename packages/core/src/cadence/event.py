@@ -58,7 +58,8 @@ __all__ = ["Event"]
 
 class Event(str, Enum):
     """A point in the training loop. The value is the lower-case name, which is also the
-    name of the `Callback` method that handles it, so ``Event("batch_end")`` works."""
+    name of the `Callback` method that handles it, so ``Event("batch_end")`` works; as in Composer,
+    the lookup ignores case (``Event("INIT")``, ``Event("Batch_End")``)."""
 
     INIT = "init"
     BEFORE_LOAD = "before_load"
@@ -100,6 +101,12 @@ class Event(str, Enum):
     PREDICT_AFTER_FORWARD = "predict_after_forward"
     PREDICT_BATCH_END = "predict_batch_end"
     PREDICT_END = "predict_end"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Event | None:
+        if isinstance(value, str):
+            return cls._value2member_map_.get(value.strip().lower())  # type: ignore[return-value]
+        return None
 
     def __str__(self) -> str:
         return self.value

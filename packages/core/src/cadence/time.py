@@ -10,201 +10,22 @@ from __future__ import annotations
 import datetime
 import operator
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, fields, replace
-from typing import Any, Union
+from dataclasses import KW_ONLY, FrozenInstanceError, dataclass, fields, replace
+from typing import Any
 
+from cadence._time_amount import NotATimeError, Time, TimeLike, TimeUnitMismatchError
 from cadence._timestring import (
     Count,
     NotAWholeCountError,
     Seconds,
     TimeUnit,
     as_count,
-    checked_value,
     count_unchecked,
-    split_timestring,
     with_iteration_start,
 )
 
-__all__ = ["NotAWholeCountError", "Time", "TimeLike", "TimeUnit", "TimeUnitMismatchError", "Timestamp"]
-__all__ += ["ensure_time", "parse_time"]
-
-TimeLike = Union["Time", str, int]
-
-
-class TimeUnitMismatchError(RuntimeError, ValueError):
-    """Arithmetic or ordering across units (``1ep + 1ba``). Composer raises RuntimeError and cadence
-    raised ValueError, so this is both: ``except`` clauses written for either keep working."""
-
-
-class Time:
-    """An amount of training time in one unit. Immutable.
-
-    ``Time(10, "ep")``, ``Time(10, "epoch")`` and ``Time.from_timestring("10ep")`` are the same.
-    Arithmetic and ordering need equal units (a plain number takes this Time's unit) and raise
-    `TimeUnitMismatchError` otherwise; ``time * 0.5`` scales (used by ``scale_schedule_ratio``);
-    ``Time / Time`` is a ``dur``. Results may be negative (``1ep - 2ep`` is ``-1ep``); a Time built
-    from a user's value or string may not, since no cadence argument means a negative amount.
-    """
-
-    __slots__ = ("unit", "value")
-
-    def __init__(self, value: int | float, unit: TimeUnit | str):
-        unit = TimeUnit.parse(unit)
-        value = checked_value(value, unit)
-        if value < 0:
-            raise ValueError(f"Time value must be >= 0, got {value!r} {unit.value}")
-        object.__setattr__(self, "value", value)
-        object.__setattr__(self, "unit", unit)
-
-    @classmethod
-    def _result(cls, value: int | float, unit: TimeUnit) -> Time:
-        """An arithmetic result: checked like a user's value, except that it may be negative."""
-        time = object.__new__(cls)
-        object.__setattr__(time, "value", checked_value(value, unit))
-        object.__setattr__(time, "unit", unit)
-        return time
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("Time is immutable")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return Time._result, (self.value, self.unit)
-
-    @classmethod
-    def from_timestring(cls, text: str) -> Time:
-        return cls(*split_timestring(text))
-
-    @classmethod
-    def from_input(cls, value: TimeLike, default_int_unit: TimeUnit | str = TimeUnit.EPOCH) -> Time:
-        """Accept a `Time`, a time string, a `Timestamp` count, or an int (taken in `default_int_unit`)."""
-        if isinstance(value, Time):
-            return value
-        if isinstance(value, str):
-            return cls.from_timestring(value)
-        if isinstance(value, Count):
-            return cls(int(value), value.unit)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return cls(value, default_int_unit)
-        raise TypeError(f"expected a Time, a string like '10ep' or an int, got {value!r} ({type(value).__name__})")
-
-    def to_timestring(self) -> str:
-        """``Time(5, 'ep').to_timestring() == '5ep'``; `from_timestring` reads it back."""
-        return str(self)
-
-    # Arithmetic -----------------------------------------------------------------------
-    def _coerce(self, other: Any) -> Time:
-        if isinstance(other, Time):
-            return other
-        if isinstance(other, Count):
-            return Time._result(int(other), other.unit)
-        if isinstance(other, (int, float)) and not isinstance(other, bool):
-            return Time._result(other, self.unit)
-        if isinstance(other, str):
-            return Time.from_timestring(other)
-        return NotImplemented
-
-    def _same_unit(self, other: Any, op: str) -> Time:
-        other = self._coerce(other)
-        if other is not NotImplemented and other.unit is not self.unit:
-            raise TimeUnitMismatchError(f"cannot {op} {self} and {other}: units differ; convert one first")
-        return other
-
-    def _scaled(self, factor: float) -> Time:
-        value = self.value * factor
-        return Time._result(value if self.unit is TimeUnit.DURATION else round(value), self.unit)
-
-    def __add__(self, other: Any) -> Time:
-        other = self._same_unit(other, "add")
-        return other if other is NotImplemented else Time._result(self.value + other.value, self.unit)
-
-    __radd__ = __add__
-
-    def __sub__(self, other: Any) -> Time:
-        other = self._same_unit(other, "subtract")
-        return other if other is NotImplemented else Time._result(self.value - other.value, self.unit)
-
-    def __rsub__(self, other: Any) -> Time:
-        other = self._same_unit(other, "subtract")
-        return other if other is NotImplemented else Time._result(other.value - self.value, self.unit)
-
-    def __mod__(self, other: Any) -> Time:
-        other = self._same_unit(other, "take the remainder of")
-        return other if other is NotImplemented else Time._result(self.value % other.value, self.unit)
-
-    def __neg__(self) -> Time:
-        return Time._result(-self.value, self.unit)
-
-    def __pos__(self) -> Time:
-        return self
-
-    def __mul__(self, factor: Any) -> Time:
-        """A number scales; a Time multiplies only when one side is ``dur`` (``2ep * 0.5dur == 1ep``)."""
-        if isinstance(factor, (int, float)) and not isinstance(factor, (bool, Count)):
-            return self._scaled(factor)
-        other = self._coerce(factor)
-        if other is NotImplemented:
-            return other
-        if other.unit is TimeUnit.DURATION:
-            return self._scaled(other.value)
-        if self.unit is TimeUnit.DURATION:
-            return other._scaled(self.value)
-        raise TimeUnitMismatchError(f"cannot multiply {self} by {other}: one of them must be in 'dur'")
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other: Any) -> Time:
-        """By a number: scaled in this unit. By a Time of the same unit: their ratio, in ``dur``."""
-        if isinstance(other, (int, float)) and not isinstance(other, (bool, Count)):
-            return self._scaled(1 / other)
-        other = self._same_unit(other, "divide")
-        return other if other is NotImplemented else Time._result(self.value / other.value, TimeUnit.DURATION)
-
-    def __rtruediv__(self, other: Any) -> Time:
-        other = self._same_unit(other, "divide")
-        return other if other is NotImplemented else Time._result(other.value / self.value, TimeUnit.DURATION)
-
-    def __int__(self) -> int:
-        return int(self.value)
-
-    def __float__(self) -> float:
-        return float(self.value)
-
-    def _cmp_value(self, other: Any) -> float:
-        other = self._same_unit(other, "compare")
-        if other is NotImplemented:
-            raise TypeError(f"cannot compare {self} with {other!r}")
-        return other.value
-
-    def __eq__(self, other: Any) -> bool:
-        """Times in different units are unequal (no error), so Times can sit in sets and dicts."""
-        if isinstance(other, (Time, Count)):
-            return self.unit is other.unit and self.value == (other if isinstance(other, Count) else other.value)
-        if isinstance(other, (int, float)) and not isinstance(other, bool):
-            return self.value == other
-        if isinstance(other, str):
-            return self == Time.from_timestring(other)
-        return NotImplemented
-
-    def __lt__(self, other: Any) -> bool:
-        return self.value < self._cmp_value(other)
-
-    def __le__(self, other: Any) -> bool:
-        return self.value <= self._cmp_value(other)
-
-    def __gt__(self, other: Any) -> bool:
-        return self.value > self._cmp_value(other)
-
-    def __ge__(self, other: Any) -> bool:
-        return self.value >= self._cmp_value(other)
-
-    def __hash__(self) -> int:
-        return hash((self.value, self.unit))
-
-    def __repr__(self) -> str:
-        return f"Time({self.value!r}, {self.unit.value!r})"
-
-    def __str__(self) -> str:
-        return f"{self.value}{self.unit.value}"
+__all__ = ["NotATimeError", "NotAWholeCountError", "Time", "TimeLike", "TimeUnit", "TimeUnitMismatchError"]
+__all__ += ["Timestamp", "ensure_time", "parse_time"]
 
 
 def ensure_time(value: TimeLike, default_int_unit: TimeUnit | str = TimeUnit.EPOCH) -> Time:
@@ -247,7 +68,8 @@ class Timestamp:
     """Where a run is: counters since the start, counters within the epoch, and wall-clock seconds.
 
     Immutable: the trainer replaces ``state.timestamp`` after every batch and epoch, so a
-    method may keep a reference to an old timestamp safely. Each counter is an int that also
+    method may keep a reference to an old timestamp safely. ``copy(**fields)`` makes a changed one
+    (Composer's way too); only ``epoch_in_iteration`` may be assigned, as in Composer. Each counter is an int that also
     reads like Composer's ``Time[int]`` (``ts.batch.value``, ``ts.batch >= Time(10, 'ba')``); each
     wall-clock field is float seconds that also answers ``total_seconds()``. The iteration fields
     are Composer's; cadence's trainer runs a single iteration, so they stay at 0 unless set.
@@ -322,7 +144,8 @@ class Timestamp:
         return advanced
 
     def to_next_epoch(self, duration: float | datetime.timedelta | None = 0.0) -> Timestamp:
-        """The start of the next epoch; `duration` is wall-clock time spent since the last batch."""
+        """The start of the next epoch; `duration` is wall-clock time spent since the last batch. The epoch and
+        batch wall-clock times restart at 0, as in Composer."""
         seconds = float(Seconds(duration or 0.0))
         return replace(
             self,
@@ -333,6 +156,7 @@ class Timestamp:
             token_in_epoch=0,
             total_wct=self.total_wct + seconds,
             epoch_wct=0.0,
+            batch_wct=0.0,
         )
 
     def to_next_iteration(self, duration: float | datetime.timedelta | None = 0.0) -> Timestamp:
@@ -346,7 +170,6 @@ class Timestamp:
             epoch_in_iteration=0,
             token_in_iteration=0,
             iteration_start_wct=self.total_wct + seconds,
-            batch_wct=0.0,
         )
 
     # Composer's comparisons with a Time: ``timestamp >= "2ep"`` reads the counter of that unit --------
@@ -395,4 +218,17 @@ class Timestamp:
             object.__setattr__(self, name, getattr(loaded, name))
 
 
+def _assign(self: Timestamp, name: str, value: Any) -> None:
+    """Composer's one settable field, ``epoch_in_iteration``; every other field is read-only, since methods and
+    loggers keep references to timestamps the trainer has moved past."""
+    if name == "epoch_in_iteration":
+        object.__setattr__(self, name, as_count(name, value, _EP))
+        return
+    raise FrozenInstanceError(
+        f"cannot assign to Timestamp.{name}: a Timestamp is immutable; make a changed one with "
+        f"timestamp.copy({name}=...) (in a test: state.timestamp = state.timestamp.copy({name}=...))"
+    )
+
+
+Timestamp.__setattr__ = _assign  # type: ignore[method-assign,assignment]  # after @dataclass, which forbids it
 _FIELD_NAMES = {f.name for f in fields(Timestamp)}

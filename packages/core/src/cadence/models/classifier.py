@@ -50,7 +50,9 @@ class Classifier(Model):
         self._train_metrics = dict(train_metrics) if train_metrics is not None else None
         self._val_metrics = dict(val_metrics) if val_metrics is not None else None
 
-    def forward(self, batch: Any) -> torch.Tensor:
+    def forward(self, batch: tuple[torch.Tensor, Any]) -> torch.Tensor:
+        """Logits of ``batch[0]``. The annotation is Composer's: it lets ``torch.jit.script`` compile the
+        model (a scripted model takes a tuple; eager mode takes any pair, such as a data loader's list)."""
         inputs, _ = batch
         return self.module(inputs)
 
