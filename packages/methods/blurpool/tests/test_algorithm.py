@@ -35,6 +35,8 @@ def test_the_trainer_applies_it_and_logs_the_report() -> None:
     assert isinstance(module.maxpool, BlurMaxPool2d) and isinstance(module.layer2[0].conv1, BlurConv2d)
     assert logger.hyperparameters["BlurPool/Conv2d to BlurConv2d"] == 6
     assert logger.hyperparameters["BlurPool/MaxPool2d to BlurMaxPool2d"] == 1
+    assert logger.hyperparameters["blurpool/num_blurconv_layers"] == 6  # Composer's keys, beside the report
+    assert logger.hyperparameters["blurpool/num_blurpool_layers"] == 1
     optimizer_params = {id(p) for group in trainer.state.optimizers[0].param_groups for p in group["params"]}
     assert optimizer_params == {id(p) for p in trainer.state.model.parameters()}
 

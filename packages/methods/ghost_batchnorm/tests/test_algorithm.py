@@ -40,7 +40,10 @@ def test_the_trainer_applies_it_and_logs_the_report() -> None:
     logger = InMemoryLogger()
     trainer = _trainer([GhostBatchNorm(ghost_batch_size=2)], loggers=[logger])
     assert isinstance(trainer.state.model.module.bn1, GhostBatchNorm2d)
-    assert logger.hyperparameters == {"GhostBatchNorm/BatchNorm2d to GhostBatchNorm2d": 20}
+    assert logger.hyperparameters == {
+        "GhostBatchNorm/BatchNorm2d to GhostBatchNorm2d": 20,  # the report
+        "GhostBatchNorm/num_new_modules": 20,  # Composer's key
+    }
     trainer.fit()
     assert trainer.state.model.module.bn1.num_batches_tracked == 4  # 2 steps of 2 ghost batches
 

@@ -20,7 +20,7 @@ def test_the_functions_are_the_trainers() -> None:
     ("duration", "ratio", "per_epoch", "expected"),
     [("10ep", 0.5, 4, "5ep"), ("10ep", 0.75, 100, "7ep"), ("3ep", 0.5, 4, "1ep"), ("100ba", 0.333, None, "33ba")],
 )
-def test_scale_duration_truncates_as_composer(duration: str, ratio: float, per_epoch: int | None, expected: str) -> None:
+def test_scale_duration_truncates_as_composer(duration: str, ratio: float, per_epoch: int | None, expected: str):
     assert scale_duration(Time.from_timestring(duration), ratio, per_epoch) == Time.from_timestring(expected)
 
 

@@ -30,7 +30,10 @@ def test_the_trainer_applies_it_and_logs_the_report() -> None:
     logger = InMemoryLogger()
     trainer = _trainer([SqueezeExcite(latent_channels=0.25)], loggers=[logger])
     assert isinstance(trainer.state.model.module.layer4[0].conv2, SqueezeExciteConv2d)
-    assert logger.hyperparameters == {"SqueezeExcite/Conv2d to SqueezeExciteConv2d": 13}
+    assert logger.hyperparameters == {
+        "SqueezeExcite/Conv2d to SqueezeExciteConv2d": 13,  # the report
+        "squeeze_excite/num_squeeze_excite_layers": 13,  # Composer's key
+    }
     optimizer_params = {id(p) for group in trainer.state.optimizers[0].param_groups for p in group["params"]}
     assert optimizer_params == {id(p) for p in trainer.state.model.parameters()}
 

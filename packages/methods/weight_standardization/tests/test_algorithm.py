@@ -9,6 +9,7 @@ import torch
 from cadence_weight_standardization import WeightStandardization, is_standardized
 
 from cadence import CheckpointMismatchError, Classifier, Event, NotApplicableError, Resource, State, Trainer
+from cadence.loggers import InMemoryLogger
 from cadence.testing import image_dataset, mlp_classifier, sgd_trainer, tiny_image_classifier
 
 
@@ -30,7 +31,9 @@ def test_runs_on_init_only_and_declares_what_it_changes() -> None:
 
 
 def test_the_trainer_standardizes_keeps_the_optimizer_and_records_the_report() -> None:
-    trainer = _trainer([WeightStandardization(n_last_layers_ignore=1)])
+    logger = InMemoryLogger()
+    trainer = _trainer([WeightStandardization(n_last_layers_ignore=1)], loggers=[logger])
+    assert logger.hyperparameters["WeightStandardization/num_weights_standardized"] == 1  # Composer's key
     model = trainer.state.model
     report = trainer.state.algorithms[0].report
     assert report.replaced == {"Conv2d -> standardized weight": ["module.features.0"]}  # the last conv is left

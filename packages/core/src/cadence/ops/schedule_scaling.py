@@ -21,9 +21,7 @@ from cadence.time import Time, TimeUnit
 __all__ = ["scale_duration", "scale_scheduler"]
 
 
-def scale_duration(
-    duration: Time, ratio: float, batches_per_epoch: int | None = None, *, exact: bool = False
-) -> Time:
+def scale_duration(duration: Time, ratio: float, batches_per_epoch: int | None = None, *, exact: bool = False) -> Time:
     """`duration` times `ratio`, truncated to a whole count of its unit as Composer does (``10ep`` at
     0.75 is ``7ep``, ``100ba`` at 0.333 is ``33ba``). With ``exact=True`` and `batches_per_epoch`
     known, epochs that would not stay whole become batches instead (``10ep`` of 100 batches at 0.75 is

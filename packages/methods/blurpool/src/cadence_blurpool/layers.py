@@ -16,16 +16,18 @@ What keeps the cost low (measured on CPU; see the card):
   over channels (3-4x faster than in NCHW), and hands the result back in the input's memory format.
 
 `blur_2d` and `blurmax_pool2d` are leaves for ``torch.fx.symbolic_trace`` (`torch.fx.wrap`): their
-shape and layout checks would otherwise stop the tracer, as they do for Composer's layers.
+shape and layout checks would otherwise stop the tracer, as they do for Composer's layers. Every
+layer compiles with ``torch.jit.script`` and exports with ``torch.export.export``.
 """
 
 from __future__ import annotations
+
+from typing import Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.common_types import _size_2_t
-from torch.nn.modules.utils import _pair
 
 __all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool2d", "blur_2d", "blurmax_pool2d"]
 
@@ -36,12 +38,19 @@ def _default_2d_filter() -> torch.Tensor:
     return (torch.outer(taps, taps) / 16).view(1, 1, 3, 3)
 
 
+def _as_pair(value: Union[int, tuple[int, int]]) -> tuple[int, int]:  # noqa: UP007 (TorchScript reads Union)
+    """``_pair`` that TorchScript compiles, for optional sizes (it reads a required ``_size_2_t`` as a pair
+    itself)."""
+    if isinstance(value, int):
+        return (value, value)
+    return (value[0], value[1])
+
+
 def blur_2d(
     input: torch.Tensor,
     channels: int = -1,
     stride: _size_2_t = 1,
     filter: torch.Tensor | None = None,
-    *,
     padding: _size_2_t | None = None,
 ) -> torch.Tensor:
     """Low-pass filter every channel of `input` (a spatial blur), optionally subsampling.
@@ -57,19 +66,18 @@ def blur_2d(
     Returns:
         The blurred `input`, ``floor((H + 2 * padding - kH) / stride) + 1`` rows (likewise columns).
     """
-    if filter is None:
-        filter = _default_2d_filter().to(input.device)
-    if filter.ndim == 2:
-        filter = filter.view(1, 1, *filter.shape)
-    height, width = filter.shape[-2:]
+    weights = _default_2d_filter().to(input.device) if filter is None else filter
+    if weights.dim() == 2:
+        weights = weights.view(1, 1, weights.shape[0], weights.shape[1])
+    height, width = weights.shape[-2], weights.shape[-1]
     if height % 2 == 0 or width % 2 == 0:
         raise ValueError(f"`filter` must have odd height and width, got {height}x{width}")
     if channels < 1:
         channels = input.shape[1]
-    if filter.shape[0] == 1 and channels > 1:
-        filter = filter.expand(channels, 1, height, width)
-    padding = (height // 2, width // 2) if padding is None else _pair(padding)
-    return F.conv2d(input, filter.to(input.dtype), None, _pair(stride), padding, (1, 1), channels)
+    if weights.shape[0] == 1 and channels > 1:
+        weights = weights.expand(channels, 1, height, width)
+    pad = (height // 2, width // 2) if padding is None else _as_pair(padding)
+    return F.conv2d(input, weights.to(input.dtype), None, stride, pad, (1, 1), channels)
 
 
 def blurmax_pool2d(
@@ -85,10 +93,14 @@ def blurmax_pool2d(
     with the stride. Arguments as in `torch.nn.functional.max_pool2d` (`kernel_size` defaults to 2);
     `filter` as in `blur_2d`. There is no ``return_indices``: after the blur, no single input is the max.
     """
-    layout = torch.channels_last if input.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
+    channels_last_input = input.is_contiguous(memory_format=torch.channels_last)
     channels_last = input.contiguous(memory_format=torch.channels_last)  # the fast CPU kernel (module docstring)
-    maxs = F.max_pool2d(channels_last, kernel_size or 2, 1, padding, dilation, ceil_mode)
-    return blur_2d(maxs, stride=stride, filter=filter).contiguous(memory_format=layout)
+    kernel = (2, 2) if kernel_size is None else _as_pair(kernel_size)
+    maxs = F.max_pool2d(channels_last, kernel, (1, 1), padding, dilation, ceil_mode)
+    blurred = blur_2d(maxs, -1, stride, filter)
+    if channels_last_input:
+        return blurred.contiguous(memory_format=torch.channels_last)
+    return blurred.contiguous()
 
 
 torch.fx.wrap("blur_2d")
@@ -160,7 +172,7 @@ class BlurConv2d(nn.Module):
 
     def _wrap(self, conv: nn.Conv2d, blur_first: bool) -> None:
         """Take `conv` as ``self.conv``; move its stride to the blur where the blur subsamples."""
-        stride = _pair(conv.stride)
+        stride = _as_pair(conv.stride)
         pointwise = conv.kernel_size == (1, 1) and conv.padding in ((0, 0), "valid")
         self.blur_first = blur_first
         self.blur_nchannels = conv.in_channels if blur_first else conv.out_channels

@@ -9,7 +9,8 @@ statistics) it is plain BatchNorm.
 
 `GhostBatchNorm1d/2d/3d` subclass `torch.nn.BatchNorm1d/2d/3d`: the same parameters and buffers under
 the same names (a state dict loads into either), and ``isinstance(m, nn.BatchNorm2d)`` still holds for
-code that treats normalisation layers apart (weight-decay groups, conv-BN fusion).
+code that treats normalisation layers apart (weight-decay groups, conv-BN fusion). They compile with
+``torch.jit.script`` and export with ``torch.export.export``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ __all__ = ["GhostBatchNorm1d", "GhostBatchNorm2d", "GhostBatchNorm3d"]
 def _ghost_batch_norm(
     input: torch.Tensor,
     ghost_batch_size: int,
-    ndims: tuple[int, ...],
+    ndims: list[int],
     running_mean: torch.Tensor | None,
     running_var: torch.Tensor | None,
     weight: torch.Tensor | None,
@@ -40,17 +41,17 @@ def _ghost_batch_norm(
 ) -> torch.Tensor:
     """`torch.nn.functional.batch_norm` per ghost batch (one chunk when using the running statistics)."""
     if input.dim() not in ndims:
-        raise ValueError(f"expected {' or '.join(f'{n}D' for n in ndims)} input (got {input.dim()}D input)")
+        raise ValueError(f"expected {' or '.join([f'{n}D' for n in ndims])} input (got {input.dim()}D input)")
     chunks = math.ceil(input.shape[0] / ghost_batch_size) if batch_statistics else 1
-    outputs = []
-    for chunk in input.chunk(chunks) if chunks > 1 else (input,):
+    outputs: list[torch.Tensor] = []
+    for chunk in input.chunk(chunks):
         factor = 0.0 if momentum is None else momentum / chunks
         if counter is not None:
             counter.add_(1)  # once per chunk, as Composer's BatchNorm call per chunk does
             if momentum is None:
                 factor = 1.0 / float(counter)  # a cumulative average over chunks (torch's momentum=None)
         outputs.append(F.batch_norm(chunk, running_mean, running_var, weight, bias, batch_statistics, factor, eps))
-    return outputs[0] if chunks == 1 else torch.cat(outputs)
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
 
 torch.fx.wrap("_ghost_batch_norm")  # a leaf for torch.fx.symbolic_trace: the chunk count depends on the batch size
@@ -59,7 +60,7 @@ torch.fx.wrap("_ghost_batch_norm")  # a leaf for torch.fx.symbolic_trace: the ch
 class _GhostBatchNorm:
     """What the three ghost classes add to their `torch.nn.BatchNorm*d` base."""
 
-    _ndims: tuple[int, ...]
+    _ndims: tuple[int, ...] = ()
 
     def __init__(
         self,
@@ -74,6 +75,7 @@ class _GhostBatchNorm:
     ):
         self.ghost_batch_size = check_int("ghost_batch_size", ghost_batch_size, ge=1, hint="samples per ghost batch")
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype)
+        self.input_ndims = list(self._ndims)  # an instance attribute, which TorchScript compiles
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, ghost_batch_size={self.ghost_batch_size}"
@@ -83,7 +85,7 @@ class _GhostBatchNorm:
         return _ghost_batch_norm(
             input,
             self.ghost_batch_size,
-            self._ndims,
+            self.input_ndims,
             self.running_mean if running else None,
             self.running_var if running else None,
             self.weight,
