@@ -113,13 +113,16 @@ def test_the_cyclic_schedule_is_the_recipe_schedule_fitted_to_each_cycle() -> No
 
 
 # Grids are interleaved ----------------------------------------------------------------------
-def test_a_sweep_expands_seed_by_seed_budget_by_budget_arm_by_arm(tiny_recipe: Any, explode_plugin: Any) -> None:
+def test_a_sweep_expands_seed_by_seed_budget_by_budget_arm_by_arm_in_alternating_order(
+    tiny_recipe: Any, explode_plugin: Any
+) -> None:
     methods = {"count": {}, "tuples_only": {}}
     recipe = tiny_recipe(**SWEEP, seeds=[0, 1], methods=methods, grid={"arms": ["baseline", "each"]})
     specs = expand(recipe)
     arms = ["baseline", "count", "tuples_only"]
-    expected = [(seed, budget, arm) for seed in (0, 1) for budget in SWEEP["durations"] for arm in arms]
-    assert [(s.seed, s.recipe.duration, s.arm_name) for s in specs] == expected
+    blocks = [(seed, budget) for seed in (0, 1) for budget in SWEEP["durations"]]
+    expected = [(*block, arm) for i, block in enumerate(blocks) for arm in (arms if i % 2 == 0 else arms[::-1])]
+    assert [(s.seed, s.recipe.duration, s.arm_name) for s in specs] == expected  # forwards, backwards, ...
     for start in range(0, len(specs), len(arms)):  # every stretch of len(arms) runs holds each arm once
         assert sorted(s.arm_name for s in specs[start : start + len(arms)]) == arms
     assert specs[1].run_name == "count-2ba-s0" and specs[1].recipe.durations == ()

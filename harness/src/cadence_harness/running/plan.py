@@ -38,16 +38,19 @@ def expand(recipe: Recipe) -> list[RunSpec]:
 
     A grid runs them in this order (one at a time by default), so a slow or busy stretch of a shared
     machine falls on every arm alike instead of on the arms that happened to run then, and a partial
-    grid is already comparable (all arms of seed 0 first). For a cyclic curve: every arm's cyclic run,
-    then the baseline's sweep, seed by seed.
+    grid is already comparable (all arms of seed 0 first). The arms' order alternates from one block (a
+    seed at a budget) to the next, forwards then backwards: a drift that starts inside a block (a
+    machine getting slower over minutes) then favours the arms late in a block once and early in the
+    next, instead of always the same arms against the baseline, which heads every other block. For a
+    cyclic curve: every arm's cyclic run, then the baseline's sweep, seed by seed.
     """
     arms = _arms(recipe)
     leaves = {arm: leaf_recipes(recipe, arm) for arm in arms}
     depth = max((len(runs) for runs in leaves.values()), default=0)
+    blocks = [(seed, step) for seed in recipe.seeds for step in range(depth)]
     return [
         RunSpec(leaves[arm][step][1], arm, seed, leaves[arm][step][0])
-        for seed in recipe.seeds
-        for step in range(depth)
-        for arm in arms
+        for block, (seed, step) in enumerate(blocks)
+        for arm in (arms if block % 2 == 0 else arms[::-1])
         if step < len(leaves[arm])
     ]
