@@ -164,7 +164,6 @@ _COMPOSER_ONLY = {
     "save_weights_only": "checkpoints hold the whole run (exact resume); load_weights_only=True reads the weights",
     "save_ignore_keys": "checkpoints hold the whole run (exact resume)",
     "save_metrics": "the eval metrics are logged, and the train metrics' states are saved",
-    "parallelism_config": "FSDP and tensor parallelism are not supported; run DDP through torchrun",
     "dist_timeout": "set TORCH_NCCL_BLOCKING_WAIT / the process group's timeout through torchrun",
     "ddp_sync_strategy": "DDP all-reduces on the last microbatch of each batch",
     "precision_config": "FP8 is not supported; use precision='amp_bf16'",

@@ -4,6 +4,8 @@
 and callback's ``state_dict``, metric states and the RNG states of every rank. `restore_run`
 loads it into a `State` and raises `CheckpointMismatchError` (naming the part and the fix) when
 the checkpoint does not fit this run: another model shape, another optimizer, other schedulers.
+`save_run` writes it: one file from rank 0, or, for a model sharded with FSDP, a folder from every
+rank (`cadence._sharded_checkpoint`), which `restore_run` loads into any number of processes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from typing import Any
 
 import torch
 
-from cadence.checkpoint import CheckpointError
+from cadence import _sharded_checkpoint as sharded
+from cadence import checkpoint as ckpt
+from cadence import distributed as dist
+from cadence._sharding import is_sharded
+from cadence.checkpoint import CheckpointError, CheckpointNames
 from cadence.state import State
 from cadence.time import Timestamp
 
@@ -27,6 +33,7 @@ __all__ = [
     "restore_run",
     "restore_weights",
     "run_payload",
+    "save_run",
     "seed_all",
 ]
 
@@ -173,10 +180,15 @@ def _check_surgeries(state: State, payload: dict[str, Any], path: str | Path) ->
 
 
 def run_payload(
-    state: State, rng_by_rank: list[dict[str, Any]], scheduler_states: list[Any], trainer: dict[str, Any]
+    state: State,
+    rng_by_rank: list[dict[str, Any]],
+    scheduler_states: list[Any],
+    trainer: dict[str, Any],
+    sharded: bool = False,
 ) -> dict[str, Any]:
-    """Everything needed to continue `state` exactly where it is (`trainer`: the loop's own counters)."""
-    return {
+    """Everything needed to continue `state` exactly where it is (`trainer`: the loop's own counters);
+    `sharded`: without model and optimizers, which a sharded checkpoint holds in its DCP files."""
+    payload = {
         "format": FORMAT_VERSION,
         "run_name": state.run_name,
         "rank_zero_seed": state.rank_zero_seed,
@@ -193,6 +205,33 @@ def run_payload(
         "trainer": trainer,
         "rng": rng_by_rank,
     }
+    if sharded:
+        del payload["model"], payload["optimizers"]
+        payload["sharded"] = True
+    return payload
+
+
+def save_run(
+    state: State, folder: Path, names: CheckpointNames, trainer: dict[str, Any], keep: int = -1
+) -> Path | None:
+    """Checkpoint the run (every rank must call); the path on rank 0, None on the others.
+
+    One file written by rank 0, or a sharded folder written by every rank when the model is sharded.
+    """
+    rng = dist.all_gather_object(capture_rng())
+    filename = names.name_for(state.timestamp, state)
+    if is_sharded(state.model):
+        payload = run_payload(state, rng, [s.state_dict() for s in state.schedulers], trainer, sharded=True)
+        path: Path | None = sharded.save_sharded(state.model, state.optimizers, payload, folder, filename)
+    elif state.rank == 0:
+        payload = run_payload(state, rng, [s.state_dict() for s in state.schedulers], trainer)
+        path = ckpt.save_checkpoint(payload, folder, filename)
+    else:
+        return None
+    if state.rank != 0:
+        return None
+    ckpt.keep_newest(folder, keep, names)
+    return path
 
 
 def restore_run(
@@ -207,6 +246,8 @@ def restore_run(
         raise CheckpointError(
             path, f"format {payload.get('format')!r} is not {FORMAT_VERSION}: an incompatible cadence version wrote it"
         )
+    if payload.get("sharded"):
+        payload = sharded.resolve_tensors(payload, Path(path), state.model)
     restore_weights(state, payload, path, strict=strict_weights)
     _restore_optimizers(state, payload, path)
     if len(payload["schedulers"]) != len(schedulers):
@@ -239,8 +280,11 @@ def restore_weights(state: State, payload: dict[str, Any], path: str | Path, str
     """
     _check_surgeries(state, payload, path)
     try:
+        if payload.get("sharded"):
+            sharded.load_model(state.model, Path(path), strict=strict)
+            return
         result = state.model.load_state_dict(payload["model"], strict=strict)
-    except RuntimeError as error:  # size mismatch, missing or unexpected keys
+    except (RuntimeError, ValueError, KeyError) as error:  # size mismatch, missing or unexpected keys
         raise CheckpointMismatchError(
             path,
             f"its model weights do not fit this model ({type(state.model).__name__}): {error}. Build the same "
@@ -262,6 +306,9 @@ def _missing_methods_hint(state: State, payload: dict[str, Any]) -> str:
 
 
 def _restore_optimizers(state: State, payload: dict[str, Any], path: str | Path) -> None:
+    if payload.get("sharded"):
+        _restore_sharded_optimizers(state, payload, Path(path))
+        return
     saved_states = payload["optimizers"]
     if len(saved_states) != len(state.optimizers):
         raise CheckpointMismatchError(
@@ -288,3 +335,29 @@ def _restore_optimizers(state: State, payload: dict[str, Any], path: str | Path)
                 f"({type(error).__name__}: {error}); build it over the same parameters as the run that wrote it"
                 + _missing_methods_hint(state, payload),
             ) from None
+
+
+def _restore_sharded_optimizers(state: State, payload: dict[str, Any], path: Path) -> None:
+    """The optimizers' state from a sharded checkpoint (keyed by parameter name), after the type checks."""
+    saved_types = payload.get("optimizer_types", [])
+    ours = [type(optimizer).__qualname__ for optimizer in state.optimizers]
+    if len(saved_types) != len(ours):
+        raise CheckpointMismatchError(
+            path, f"it has {len(saved_types)} optimizer(s) and this run {len(ours)}; pass the same optimizers"
+        )
+    for index, (optimizer, saved_type) in enumerate(zip(state.optimizers, saved_types)):
+        base = getattr(optimizer, "base_optimizer", None)
+        if saved_type not in (ours[index], type(base).__qualname__ if base else None):
+            raise CheckpointMismatchError(
+                path,
+                f"optimizer {index} of the checkpoint is {saved_type} and this run's is {ours[index]}; pass a "
+                f"{saved_type} as the run that wrote it did",
+            )
+    try:
+        sharded.load_optimizers(state.model, state.optimizers, path)
+    except (RuntimeError, ValueError, KeyError) as error:
+        raise CheckpointMismatchError(
+            path,
+            f"the optimizers' state does not fit this run ({type(error).__name__}: {str(error)[:300]}); build "
+            "them over the same parameters as the run that wrote it" + _missing_methods_hint(state, payload),
+        ) from None

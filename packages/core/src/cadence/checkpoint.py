@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import pickletools
 import re
+import shutil
 import string
 import tempfile
 import warnings
@@ -32,6 +33,7 @@ import torch
 
 __all__ = [
     "LATEST",
+    "SHARDED_PAYLOAD",
     "CheckpointError",
     "CheckpointNames",
     "checkpoint_position",
@@ -42,11 +44,13 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "load_run_checkpoint",
+    "point_latest_at",
     "remove_stale_temp_files",
     "save_checkpoint",
 ]
 
 LATEST = "latest.pt"
+SHARDED_PAYLOAD = "cadence.pt"  # the run (all but the weights) in a sharded checkpoint's folder
 _FIELDS = {  # the fields a save_filename may use, and what each reads back as
     "epoch": r"\d+",
     "batch": r"\d+",
@@ -169,22 +173,35 @@ def save_checkpoint(payload: dict[str, Any], folder: str | Path, filename: str) 
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+    point_latest_at(folder, filename)
+    return target
+
+
+def point_latest_at(folder: Path, filename: str) -> None:
+    """Replace ``folder/latest.pt`` by a link to `filename` (a checkpoint file or sharded folder), atomically."""
     link_tmp = folder / f".{LATEST}.{os.getpid()}.tmp"
     link_tmp.unlink(missing_ok=True)
     os.symlink(filename, link_tmp)
     os.replace(link_tmp, folder / LATEST)
     _fsync_dir(folder)
-    return target
 
 
 def remove_stale_temp_files(folder: str | Path, names: CheckpointNames = DEFAULT_NAMES) -> list[Path]:
-    """Delete the temporary files a killed `save_checkpoint` left in `folder` (never a checkpoint)."""
+    """Delete the temporary files (and sharded folders) a killed writer left in `folder` (never a checkpoint)."""
     removed = []
     for path in Path(folder).glob(".*.tmp"):
-        if names.is_temp_file(path.name) and path.is_file():
-            path.unlink(missing_ok=True)
+        if names.is_temp_file(path.name) and (path.is_file() or path.is_dir()) and not path.is_symlink():
+            _remove(path)
             removed.append(path)
     return removed
+
+
+def _remove(path: Path) -> None:
+    """A checkpoint file, or a sharded checkpoint's folder."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 # Loading -------------------------------------------------------------------------------------
@@ -204,13 +221,25 @@ def load_checkpoint(path: str | Path) -> Any:
 
 
 def load_run_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A checkpoint a `Trainer` wrote (see `cadence._snapshot`); any other file is refused, naming it."""
-    payload = load_checkpoint(path)
+    """A checkpoint a `Trainer` wrote (see `cadence._snapshot`); any other file is refused, naming it.
+
+    A sharded checkpoint (a folder, `cadence._sharded_checkpoint`) gives the run without its weights,
+    marked ``"sharded": True``; the weights load from the folder into the model as it is sharded then.
+    """
+    payload = _read_sharded_payload(Path(path)) if Path(path).is_dir() else load_checkpoint(path)
     if not isinstance(payload, dict) or "format" not in payload:
         kind = type(payload).__name__
         keys = f" with keys {sorted(map(str, payload))[:8]}" if isinstance(payload, dict) else ""
         raise CheckpointError(path, f"not a cadence checkpoint: it holds a {kind}{keys}, without cadence's 'format'")
     return payload
+
+
+def _read_sharded_payload(path: Path) -> Any:
+    """The run of the sharded checkpoint folder `path` (its ``cadence.pt``), once the folder is complete."""
+    for part, what in ((".metadata", "DCP's .metadata"), (SHARDED_PAYLOAD, SHARDED_PAYLOAD)):
+        if not (path / part).is_file():
+            raise CheckpointError(path, f"a sharded checkpoint folder without {what}: incomplete, or no checkpoint")
+    return load_checkpoint(path / SHARDED_PAYLOAD)
 
 
 def _diagnose(path: Path, error: Exception) -> tuple[str, str]:
@@ -279,7 +308,7 @@ def keep_newest(folder: str | Path, keep: int, names: CheckpointNames = DEFAULT_
     """Delete all but the `keep` newest checkpoints of `folder` (-1 keeps all)."""
     if keep > 0:
         for old in list_checkpoints(folder, names)[:-keep]:
-            old.unlink(missing_ok=True)
+            _remove(old)
 
 
 def find_latest(folder: str | Path) -> Path | None:

@@ -41,6 +41,7 @@ from cadence._compilation import CompiledStep, check_compile_config, distributed
 from cadence._evaluation import run_eval, run_predict
 from cadence._microbatch_search import MicrobatchSearch
 from cadence._run_schedules import RunSchedules
+from cadence._sharding import parse_parallelism_config, shard_model
 from cadence._snapshot import seed_all
 from cadence.algorithm import Algorithm
 from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
@@ -98,6 +99,7 @@ class Trainer:
             such steps (see `cadence.nonfinite` for what each costs on an accelerator).
         compile_config: ``torch.compile`` arguments (``{}``: its defaults) for the forward and the loss
             (`cadence._compilation`); None (default) runs eagerly.
+        parallelism_config: ``{"fsdp": {...}}`` shards the model with torch's FSDP2 (`cadence._sharding`).
 
     Composer arguments that cadence does not take raise a `TypeError` that says what to use instead.
 
@@ -140,6 +142,7 @@ class Trainer:
         compute_train_metrics: bool = False,
         nonfinite_loss: str = "error",
         compile_config: dict[str, Any] | None = None,
+        parallelism_config: dict[str, Any] | None = None,
         **unsupported: Any,
     ):
         # Validate everything before any work is done ------------------------------------
@@ -148,6 +151,7 @@ class Trainer:
         device_ = parse_device(device)
         precision_ = Precision.parse(precision, device_)
         compile_ = check_compile_config(compile_config)
+        fsdp = parse_parallelism_config(parallelism_config, precision_, device_)
         max_duration_, ssr = check_max_duration(max_duration, scale_schedule_ratio)
         for name, subset in (("train", train_subset_num_batches), ("eval", eval_subset_num_batches)):
             check_subset_num_batches(f"{name}_subset_num_batches", subset)
@@ -223,7 +227,7 @@ class Trainer:
 
             # INIT (surgery), then metrics and schedulers on the final model ------------------
             self.engine.run_event(Event.INIT)
-            model = self.state.model
+            model = shard_model(self.state.model, self.state.optimizers, fsdp, device_)  # FSDP: after surgery
             self.state.defer_metrics()  # built from the final model on first use
             self._schedules = RunSchedules(self.state, schedulers_)
 
@@ -239,7 +243,7 @@ class Trainer:
             self.engine.run_event(Event.AFTER_LOAD)
 
             # The module the step calls: DDP after surgery and loading, then torch.compile --------
-            self._forward_module = distributed_module(model, self.state.algorithms, device_, world_size)
+            self._forward_module = distributed_module(model, self.state.algorithms, device_, 1 if fsdp else world_size)
             self._compiled = None if compile_ is None else CompiledStep(self._forward_module, model.loss, compile_)
             self._forward_module = self._compiled.forward if self._compiled else self._forward_module
         self._create_graph = any(a.backwards_create_graph for a in self.state.algorithms)
@@ -529,18 +533,11 @@ class Trainer:
         return self._save()
 
     def _save(self) -> Path | None:
-        state = self.state
         self._nonfinite.check()  # never checkpoint weights trained on a NaN loss
-        rng = dist.all_gather_object(snapshot.capture_rng())
         self._last_save = self._position()
-        if state.rank != 0:
-            return None
         assert self.save_folder is not None
-        trainer_state = {"nonfinite": self._nonfinite.state_dict()}
-        payload = snapshot.run_payload(state, rng, [s.state_dict() for s in state.schedulers], trainer_state)
-        path = ckpt.save_checkpoint(payload, self.save_folder, self._names.name_for(state.timestamp, state))
-        ckpt.keep_newest(self.save_folder, self.save_num_checkpoints_to_keep, self._names)
-        return path
+        trainer = {"nonfinite": self._nonfinite.state_dict()}
+        return snapshot.save_run(self.state, self.save_folder, self._names, trainer, self.save_num_checkpoints_to_keep)
 
     def close(self) -> None:
         """End the run: the loggers record it FINISHED (unless it failed already), then callbacks release
