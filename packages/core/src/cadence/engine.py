@@ -98,7 +98,8 @@ class Engine:
     On INIT the log destinations run first, then the other callbacks, then the methods (as in Composer),
     so a destination is ready before anything logs; on every other event the methods run first, then the
     callbacks, then the destinations. `close` ends the engine: callbacks are closed, and a callback still
-    open in a live engine cannot start in another one.
+    open in a live engine cannot start in another one. An engine nobody closed closes the callbacks it
+    started when it is garbage-collected or the interpreter exits (Composer's behaviour).
     """
 
     def __init__(
