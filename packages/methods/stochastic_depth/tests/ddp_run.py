@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import torch
-from cadence_stochastic_depth import StochasticBlock, StochasticDepth
+from cadence_stochastic_depth import StochasticDepth, is_stochastic
 from torch.utils.data import DataLoader, TensorDataset
 from torchvision.models.resnet import BasicBlock, ResNet
 
@@ -43,7 +43,7 @@ def main() -> None:
         device="cpu",
         progress_bar=False,
     )
-    blocks = [m.block for m in model.modules() if isinstance(m, StochasticBlock)]
+    blocks = [m for m in model.modules() if is_stochastic(m)]  # torchvision's blocks, in Composer's layout
     calls = [0] * len(blocks)
     for index, block in enumerate(blocks):
         block.conv1.register_forward_hook(lambda *args, i=index: calls.__setitem__(i, calls[i] + 1))

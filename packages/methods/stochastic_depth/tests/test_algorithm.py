@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from cadence_stochastic_depth import StochasticBlock, StochasticDepth, apply_stochastic_depth
+from cadence_stochastic_depth import StochasticDepth, apply_stochastic_depth, is_stochastic
 from torch.utils.data import DataLoader, TensorDataset
 
 import cadence
 from cadence import Callback, Classifier, Event, Resource, State, Trainer
+from cadence.loggers import InMemoryLogger
 
 tv = pytest.importorskip("torchvision")
 HERE = Path(__file__).parent
@@ -58,7 +59,7 @@ class RecordRates(Callback):
         self.rates: list[list[float]] = []
 
     def before_forward(self, state: State, logger) -> None:
-        self.rates.append([m.drop_rate for m in state.model.modules() if isinstance(m, StochasticBlock)])
+        self.rates.append([m.drop_rate for m in state.model.modules() if is_stochastic(m)])
 
 
 @pytest.mark.parametrize("method", ["block", "sample"])  # Composer refuses a warm-up for 'sample'; it works the same
@@ -71,6 +72,14 @@ def test_warmup_scales_the_rates_by_the_elapsed_fraction_of_the_warmup(method: s
     assert len(record.rates) == 4
     for seen, wanted in zip(record.rates, expected):
         assert seen == pytest.approx(wanted)
+
+
+def test_composers_metrics_are_logged() -> None:
+    logger = InMemoryLogger()
+    _trainer([StochasticDepth("ResNetBasicBlock", drop_rate=0.4, drop_warmup="2ba")], loggers=[logger]).fit()
+    assert logger.most_recent_values["stochastic_depth/num_stochastic_layers"] == 4  # one BasicBlock per stage
+    _, rates = logger.steps_and_values("stochastic_depth/drop_rate")
+    assert rates == pytest.approx([0.0, 0.2])  # Composer logs the rate of each warm-up batch
 
 
 def test_a_checkpoint_after_surgery_loads_into_a_fresh_model_only_with_the_method(tmp_path: Path) -> None:
@@ -86,6 +95,7 @@ def test_a_checkpoint_after_surgery_loads_into_a_fresh_model_only_with_the_metho
 
 
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
 def test_export_paths() -> None:
     """FX and torch.export trace the eval model (deterministic: the form one exports); torch.compile matches eager
     in eval and compiles the training path too (dynamo breaks the graph at the draw from an explicit generator, and
@@ -97,6 +107,7 @@ def test_export_paths() -> None:
     eager = model.eval()(x)
     torch.testing.assert_close(torch.fx.symbolic_trace(model)(x), eager)
     torch.testing.assert_close(torch.export.export(model, (x,)).module()(x), eager)
+    torch.testing.assert_close(torch.jit.script(model).eval()(x), eager)  # Composer's layout scripts, as Composer's
     small = tv.models.resnet.ResNet(tv.models.resnet.BasicBlock, [1, 1, 1, 1], num_classes=4)
     apply_stochastic_depth(small, "ResNetBasicBlock", "sample", 0.5, generator=torch.Generator().manual_seed(0))
     compiled = torch.compile(small.eval())

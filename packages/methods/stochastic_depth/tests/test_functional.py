@@ -1,19 +1,25 @@
-"""apply_stochastic_depth and StochasticBlock: surgery on torchvision/timm/contract blocks, the drop schedule,
-eval scaling, p = 1, statistics of the drops, and refusals."""
+"""apply_stochastic_depth, StochasticBlock and the torchvision subclasses: surgery on torchvision/timm/contract
+blocks, Composer's layout (unchanged keys), the drop schedule, eval scaling, p = 1, statistics of the drops,
+and refusals."""
 
 from __future__ import annotations
 
 import copy
+import io
 import math
 
 import pytest
 import torch
 from cadence_stochastic_depth import (
+    StochasticBasicBlock,
     StochasticBlock,
+    StochasticBottleneck,
     apply_stochastic_depth,
+    is_stochastic,
     layer_drop_rates,
     residual_parts,
     set_drop_rates,
+    stochastic_resnet_block,
 )
 from torch import nn
 
@@ -37,8 +43,8 @@ class Marker(nn.Module):
         return x + self.branch(x)
 
 
-def _stochastic(model: nn.Module) -> list[StochasticBlock]:
-    return [m for m in model.modules() if isinstance(m, StochasticBlock)]
+def _stochastic(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if is_stochastic(m)]
 
 
 def _x(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -50,16 +56,43 @@ def test_layer_drop_rates_follow_composer() -> None:
     assert layer_drop_rates(3, 0.5, "uniform") == [0.5, 0.5, 0.5]
 
 
-def test_resnet50_bottlenecks_are_wrapped_in_order_with_linear_rates() -> None:
+def test_resnet50_bottlenecks_become_composers_subclass_in_order_with_linear_rates() -> None:
     model = tv.models.resnet50()
     before = dict(model.named_parameters())
     report = apply_stochastic_depth(model, "ResNetBottleneck", drop_rate=0.4)
     layers = _stochastic(model)
-    assert report.replaced == {"Bottleneck -> StochasticBlock": [f"layer{i}.{j}" for i, n in
+    assert report.replaced == {"Bottleneck -> StochasticBottleneck": [f"layer{i}.{j}" for i, n in
                                zip(range(1, 5), (3, 4, 6, 3)) for j in range(n)]}  # fmt: skip
     assert [layer.drop_rate for layer in layers] == pytest.approx([(i + 1) / 16 * 0.4 for i in range(16)])
-    after = {name.replace(".block.", "."): p for name, p in model.named_parameters()}
+    assert all(isinstance(layer, (StochasticBottleneck, tv.models.resnet.Bottleneck)) for layer in layers)
+    assert sum(isinstance(m, tv.models.resnet.Bottleneck) for m in model.modules()) == 16  # Composer's count
+    after = dict(model.named_parameters())  # Composer's layout: the same names, the same tensors
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)
+
+
+def test_a_plain_torchvision_state_dict_loads_into_the_modified_resnet() -> None:
+    torch.manual_seed(0)
+    stock = tv.models.resnet18(num_classes=10).eval()
+    model = tv.models.resnet18(num_classes=10)
+    apply_stochastic_depth(model, "ResNetBasicBlock", drop_rate=0.0)
+    assert model.state_dict().keys() == stock.state_dict().keys()
+    model.load_state_dict(stock.state_dict(), strict=True)  # a stock (or Composer) checkpoint loads as it is
+    x = _x(2, 3, 32, 32)
+    torch.testing.assert_close(model.eval()(x), stock(x), rtol=0, atol=0)
+    stock.load_state_dict(model.state_dict(), strict=True)  # and back
+
+
+def test_the_resnet_subclasses_pickle_and_copy() -> None:
+    model = tv.models.resnet18(num_classes=10)
+    apply_stochastic_depth(model, "ResNetBasicBlock", drop_rate=0.3)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert type(loaded.layer1[0]) is StochasticBasicBlock and loaded.layer4[1].drop_rate == pytest.approx(0.3)
+    assert type(copy.deepcopy(model).layer2[0]) is StochasticBasicBlock
+    with pytest.raises(TypeError, match="torchvision's BasicBlock or Bottleneck"):
+        stochastic_resnet_block(timm.models.resnet.BasicBlock(4, 4))
 
 
 @pytest.mark.parametrize(
@@ -146,7 +179,7 @@ def test_optimizer_keeps_its_parameters_and_state_device_dtype_and_layout() -> N
     trainable = {id(p) for p in model.parameters() if p.requires_grad}
     assert {id(p) for g in optimizer.param_groups for p in g["params"]} == trainable
     assert_same_tensors(optimizer.state_dict(), state, "optimizer")
-    conv = model.layer1[0].block.conv1.weight
+    conv = model.layer1[0].conv1.weight
     assert conv.dtype == torch.float64 and conv.is_contiguous(memory_format=torch.channels_last)
 
 
@@ -162,7 +195,7 @@ def test_a_second_application_changes_nothing_and_says_so() -> None:
 def test_the_default_wraps_every_known_resnet_block_in_module_order() -> None:
     model = nn.Sequential(tv.models.resnet.BasicBlock(4, 4), timm.models.resnet.Bottleneck(16, 4))
     report = apply_stochastic_depth(model)
-    assert report.replaced == {"BasicBlock -> StochasticBlock": ["0"], "Bottleneck -> StochasticBlock": ["1"]}
+    assert report.replaced == {"BasicBlock -> StochasticBasicBlock": ["0"], "Bottleneck -> StochasticBlock": ["1"]}
     assert [m.drop_rate for m in model] == pytest.approx([0.1, 0.2])
 
 

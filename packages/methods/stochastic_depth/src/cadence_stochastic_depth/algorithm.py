@@ -8,15 +8,17 @@ import torch
 from torch import nn
 
 from cadence import Effects, Event, Resource, State, Time, TimeUnit
-from cadence.ops import RandomMethod, SurgeryMethod, SurgeryReport, check_time
+from cadence.ops import RandomMethod, SurgeryMethod, SurgeryReport, check_time, unwrap_model
 from cadence_stochastic_depth.functional import apply_stochastic_depth, check_stochastic_depth_args, set_drop_rates
+from cadence_stochastic_depth.layers import is_stochastic
 
 __all__ = ["StochasticDepth"]
 
 
 class StochasticDepth(SurgeryMethod, RandomMethod):
-    """Wraps residual blocks in `StochasticBlock`s on INIT; during ``drop_warmup`` their rates grow linearly
-    with the batches trained, set on BATCH_START.
+    """Makes residual blocks stochastic on INIT (see `apply_stochastic_depth`); during ``drop_warmup`` their
+    rates grow linearly with the batches trained, set on BATCH_START. Logs Composer's metrics
+    ``stochastic_depth/num_stochastic_layers`` (INIT) and ``stochastic_depth/drop_rate`` (each warm-up batch).
 
     Arguments as in `apply_stochastic_depth`; ``drop_warmup`` is a `Time` (``'0.1dur'``, ``'500ba'``,
     ``'2ep'``; a float is a fraction of the run), ``seed`` fixes the drops' generators and ``strict``
@@ -58,9 +60,13 @@ class StochasticDepth(SurgeryMethod, RandomMethod):
         if event is Event.INIT:
             self.setup_generators(state)
             super().apply(event, state, logger)  # the surgery
+            count = sum(is_stochastic(m) for m in unwrap_model(state.model).modules())
+            logger.log_metrics({"stochastic_depth/num_stochastic_layers": count})  # Composer's key and kind
         if self._warmup.value > 0:  # the rates for the batch about to train (0 before the first)
             done = state.timestamp.batch / max(state.to_batches(self._warmup), 1)
-            set_drop_rates(state.model, min(done, 1.0) * self.drop_rate, self.drop_distribution)
+            count = set_drop_rates(state.model, min(done, 1.0) * self.drop_rate, self.drop_distribution)
+            if event is Event.BATCH_START and count:
+                logger.log_metrics({"stochastic_depth/drop_rate": min(done, 1.0) * self.drop_rate})  # Composer's
 
     def surgery(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> SurgeryReport:
         generator = self.generator("blocks" if self.stochastic_method == "block" else "samples")

@@ -1,7 +1,9 @@
 """Stochastic depth (Huang et al., 2016) as model surgery: residual blocks whose branch drops at random.
 
-`apply_stochastic_depth` wraps every residual block of the chosen kind in a `StochasticBlock`
-(see `cadence_stochastic_depth.layers` for the residual contract). Torch only.
+`apply_stochastic_depth` makes every residual block of the chosen kind stochastic: torchvision's
+ResNet blocks in Composer's layout (a subclass carrying ``drop_rate``, the same state-dict keys),
+others wrapped in a `StochasticBlock` (see `cadence_stochastic_depth.layers` for both and for the
+residual contract). Torch only.
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ from torch import nn
 
 from cadence.ops.checks import ArgumentTypeError, check_choice, check_number
 from cadence.ops.surgery import SurgeryReport, no_effect, replace_modules, unwrap_model
-from cadence_stochastic_depth.layers import KNOWN_BLOCKS, STOCHASTIC_METHODS, StochasticBlock, residual_parts
+from cadence_stochastic_depth.layers import (
+    KNOWN_BLOCKS,
+    STOCHASTIC_METHODS,
+    TORCHVISION_BLOCKS,
+    StochasticBlock,
+    is_stochastic,
+    residual_parts,
+    stochastic_resnet_block,
+)
 
 __all__ = [
     "DROP_DISTRIBUTIONS",
@@ -61,6 +71,8 @@ def layer_drop_rates(count: int, drop_rate: float, drop_distribution: str = "lin
 
 
 def _is_target(module: nn.Module, target_layer_name: str | type[nn.Module]) -> bool:
+    if is_stochastic(module):
+        return False  # made stochastic already (a torchvision block's subclass is still an instance of its class)
     if isinstance(target_layer_name, type):
         return isinstance(module, target_layer_name)
     cls = type(module)
@@ -77,7 +89,7 @@ def apply_stochastic_depth(
     generator: torch.Generator | None = None,
     strict: bool = False,
 ) -> SurgeryReport:
-    """Wrap every `target_layer_name` block of `model` in a `StochasticBlock`, in place.
+    """Make every `target_layer_name` block of `model` stochastic, in place.
 
     Deep networks train faster and generalise better when each step trains a random shallower
     network: the gradient reaches early layers through fewer blocks, and a dropped block costs
@@ -101,22 +113,30 @@ def apply_stochastic_depth(
 
     Returns:
         The `SurgeryReport`. The blocks keep their parameters (same objects), so optimizers built
-        before the surgery need no change; the state-dict keys gain a ``.block`` segment.
+        before the surgery need no change. torchvision's ``BasicBlock``/``Bottleneck`` become
+        `StochasticBasicBlock`/`StochasticBottleneck` (Composer's layout: the state-dict keys do not
+        change, so a plain torchvision or a Composer checkpoint loads into the modified model); other
+        blocks are wrapped in a `StochasticBlock`, and their keys gain a ``.block`` segment.
     """
     check_stochastic_depth_args(target_layer_name, stochastic_method, drop_rate, drop_distribution)
     target = unwrap_model(model)
     wrapped = {id(m.block) for m in target.modules() if isinstance(m, StochasticBlock)}
     blocks = [m for m in target.modules() if _is_target(m, target_layer_name) and id(m) not in wrapped]
+    some_stochastic = any(is_stochastic(m) for m in target.modules())
     for block in blocks:
         residual_parts(block)  # every block fits the contract before any is replaced
     rates = dict(zip(map(id, blocks), layer_drop_rates(len(blocks), drop_rate, drop_distribution)))
 
-    def policy(module: nn.Module, path: str) -> StochasticBlock | None:
+    def policy(module: nn.Module, path: str) -> nn.Module | None:
         rate = rates.get(id(module))
-        return None if rate is None else StochasticBlock(module, rate, stochastic_method, generator=generator)
+        if rate is None:
+            return None
+        if (type(module).__module__, type(module).__qualname__) in TORCHVISION_BLOCKS:
+            return stochastic_resnet_block(module, rate, stochastic_method, generator=generator)
+        return StochasticBlock(module, rate, stochastic_method, generator=generator)
 
     if not blocks:
-        return _nothing_to_wrap(target, target_layer_name, bool(wrapped), strict)
+        return _nothing_to_wrap(target, target_layer_name, some_stochastic, strict)
     policies: dict[type[nn.Module], Any] = {type(block): policy for block in blocks}
     return replace_modules(model, policies, method="StochasticDepth", strict=strict)
 
@@ -136,11 +156,11 @@ def _nothing_to_wrap(
 
 
 def set_drop_rates(model: nn.Module, drop_rate: float, drop_distribution: str = "linear") -> int:
-    """Set the rates of the model's `StochasticBlock`s (in module order) as `apply_stochastic_depth` would for
-    `drop_rate` (e.g. during a warm-up); returns how many blocks there are."""
+    """Set the rates of the model's stochastic blocks (either layout, in module order) as
+    `apply_stochastic_depth` would for `drop_rate` (e.g. during a warm-up); returns how many blocks there are."""
     check_number("drop_rate", drop_rate, ge=0, le=1)
     check_choice("drop_distribution", drop_distribution, DROP_DISTRIBUTIONS)
-    layers = [m for m in unwrap_model(model).modules() if isinstance(m, StochasticBlock)]
+    layers = [m for m in unwrap_model(model).modules() if is_stochastic(m)]
     for layer, rate in zip(layers, layer_drop_rates(len(layers), drop_rate, drop_distribution)):
         layer.drop_rate = rate
     return len(layers)

@@ -1,4 +1,11 @@
-"""`StochasticBlock`: a residual block whose residual branch is dropped at random while training.
+"""Residual blocks whose residual branch is dropped at random while training.
+
+Two layouts. torchvision's ResNet ``BasicBlock`` and ``Bottleneck`` become, in place of the block,
+an instance of a subclass of their own class (`StochasticBasicBlock`, `StochasticBottleneck`, built
+by `stochastic_resnet_block`) that carries ``drop_rate``: Composer's layout, so the state-dict keys
+do not change (a plain torchvision or a Composer checkpoint loads), ``isinstance(m, Bottleneck)``
+still holds, and the model compiles with ``torch.jit.script``. Every other block is wrapped in a
+`StochasticBlock` (its keys gain a ``.block`` segment); both export with ``torch.export``.
 
 **The residual contract.** A residual block computes ``act(shortcut(x) + branch(x))``; stochastic
 depth needs its three parts. `residual_parts` finds them by the block's class:
@@ -23,7 +30,15 @@ from torch import nn
 
 from cadence.ops.checks import check_choice, check_number
 
-__all__ = ["STOCHASTIC_METHODS", "ResidualParts", "StochasticBlock", "residual_parts"]
+__all__ = [
+    "STOCHASTIC_METHODS",
+    "ResidualParts",
+    "StochasticBlock",
+    "StochasticResNetBlock",
+    "is_stochastic",
+    "residual_parts",
+    "stochastic_resnet_block",
+]
 
 STOCHASTIC_METHODS = ("block", "sample")
 
@@ -71,6 +86,8 @@ KNOWN_BLOCKS: dict[tuple[str, str], ResidualParts] = {
     ("timm.models.resnet", "Bottleneck"): ResidualParts(_timm_bottleneck, "downsample", "act3"),
 }
 """(module, class name) -> parts, for the residual blocks known by name (see the module docstring)."""
+TORCHVISION_BLOCKS = {key for key in KNOWN_BLOCKS if key[0] == "torchvision.models.resnet"}
+"""The blocks that get Composer's layout (`stochastic_resnet_block`) instead of a `StochasticBlock` wrapper."""
 
 
 def residual_parts(block: nn.Module) -> ResidualParts:
@@ -150,3 +167,94 @@ class StochasticBlock(nn.Module):
 
     def extra_repr(self) -> str:
         return f"drop_rate={self.drop_rate:g}, stochastic_method={self.stochastic_method!r}"
+
+
+class StochasticResNetBlock:
+    """The forward of `StochasticBasicBlock` and `StochasticBottleneck`: `StochasticBlock`'s, computed
+    by the torchvision block itself (``relu(downsample(x) + keep * branch(x))``).
+
+    Its instances carry ``drop_rate`` (float), ``stochastic_method`` and ``generator`` as attributes,
+    none of them in the state dict: the block's keys stay torchvision's. (No class annotations: TorchScript
+    would read them as strings.)
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        if self.downsample is not None:  # type: ignore[attr-defined]
+            identity = self.downsample(x)  # type: ignore[attr-defined]
+        if not self.training:  # type: ignore[attr-defined]
+            return self.relu(identity + self._branch(x) * (1.0 - self.drop_rate))  # type: ignore[attr-defined]
+        if self.stochastic_method == "block":
+            if bool(torch.rand((), generator=self.generator) < self.drop_rate):  # a host draw: no device sync
+                if self.downsample is None:  # type: ignore[attr-defined]
+                    return x  # already activated (see StochasticBlock)
+                return self.relu(identity)  # type: ignore[attr-defined]
+            return self.relu(identity + self._branch(x))  # type: ignore[attr-defined]
+        branch = self._branch(x)  # type: ignore[attr-defined]
+        shape = [x.shape[0]] + [1] * (branch.dim() - 1)
+        draws = torch.rand(shape, generator=self.generator, device=branch.device)
+        return self.relu(identity + branch * (draws >= self.drop_rate).to(branch.dtype))  # type: ignore[attr-defined]
+
+    def extra_repr(self) -> str:
+        return f"drop_rate={self.drop_rate:g}, stochastic_method={self.stochastic_method!r}"
+
+
+class _BasicBlockBranch(StochasticResNetBlock):
+    def _branch(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))  # type: ignore[attr-defined]
+
+
+class _BottleneckBranch(StochasticResNetBlock):
+    def _branch(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.bn1(self.conv1(x)))  # type: ignore[attr-defined]
+        x = self.relu(self.bn2(self.conv2(x)))  # type: ignore[attr-defined]
+        return self.bn3(self.conv3(x))  # type: ignore[attr-defined]
+
+
+_RESNET_CLASSES = {
+    "StochasticBasicBlock": ("BasicBlock", _BasicBlockBranch),
+    "StochasticBottleneck": ("Bottleneck", _BottleneckBranch),
+}
+
+
+def __getattr__(name: str) -> type[nn.Module]:
+    """`StochasticBasicBlock` and `StochasticBottleneck`, built on first use (torchvision is imported then,
+    never at import of this package; not in ``__all__`` for that reason); found here by name, so models
+    holding them pickle and deep-copy."""
+    if name in globals():
+        return globals()[name]
+    if name not in _RESNET_CLASSES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from torchvision.models import resnet
+
+    base, branch = _RESNET_CLASSES[name]
+    doc = f"torchvision's ``{base}`` with stochastic depth, Composer's layout (see `StochasticResNetBlock`)."
+    cls = type(name, (branch, getattr(resnet, base)), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
+    globals()[name] = cls
+    return cls
+
+
+def stochastic_resnet_block(
+    block: nn.Module,
+    drop_rate: float = 0.2,
+    stochastic_method: str = "block",
+    *,
+    generator: torch.Generator | None = None,
+) -> nn.Module:
+    """A stochastic copy of a torchvision ``BasicBlock`` or ``Bottleneck`` holding the same submodules,
+    parameters and buffers (nothing is copied): an instance of `StochasticBasicBlock` or
+    `StochasticBottleneck`, with the state-dict keys of `block`. Arguments as `StochasticBlock`'s."""
+    cls = type(block)
+    if (cls.__module__, cls.__qualname__) not in TORCHVISION_BLOCKS:
+        raise TypeError(f"stochastic_resnet_block takes torchvision's BasicBlock or Bottleneck, not {cls.__qualname__}")
+    new = object.__new__(__getattr__(f"Stochastic{cls.__qualname__}"))
+    new.__dict__.update({k: v.copy() if isinstance(v, dict) else v for k, v in block.__dict__.items()})
+    new.drop_rate = check_number("drop_rate", drop_rate, ge=0, le=1)
+    new.stochastic_method = check_choice("stochastic_method", stochastic_method, STOCHASTIC_METHODS)
+    new.generator = generator
+    return new
+
+
+def is_stochastic(module: nn.Module) -> bool:
+    """Whether `module` is a stochastic-depth block of either layout."""
+    return isinstance(module, (StochasticBlock, StochasticResNetBlock))
