@@ -26,6 +26,24 @@ def test_matches_only_after_dataloader() -> None:
     assert [e for e in Event if ProgressiveResizing().match(e, state)] == [Event.AFTER_DATALOADER]
 
 
+@pytest.mark.parametrize("mode", ["resize", "crop"])
+@pytest.mark.parametrize("epoch_frac", [0.0, 0.6, 0.8, 1.0])
+def test_composers_schedule_at_whole_epochs(mode: str, epoch_frac: float) -> None:
+    """Composer's test_apply (initial 0.5, finetune 0.2, delay 0.2, increment 8, 32 px, max_duration 100ep), with the
+    timestamp set the supported way (Composer's test writes the private ``Time._value``)."""
+    state = State(model=tiny_image_classifier(), max_duration="100ep")
+    state.timestamp = Timestamp(epoch=int(epoch_frac * 100))
+    state.batch = (torch.randn(16, 8, 32, 32), torch.randn(16, 8, 32, 32))
+    destination = InMemoryLogger()
+    ProgressiveResizing(mode, 0.5, 0.2, 0.2, 8).apply(Event.AFTER_DATALOADER, state, Logger(state, [destination]))
+    elapsed = min((epoch_frac - 0.2) / (1 - 0.2 - 0.2), 1.0) if epoch_frac >= 0.2 else 0.0
+    pinned = round(32 * (0.5 + 0.5 * elapsed) / 8) * 8
+    assert state.batch[0].shape == (16, 8, pinned, pinned)
+    metrics = destination.most_recent_values  # Composer's three keys
+    assert (metrics["progressive_resizing/height"], metrics["progressive_resizing/width"]) == (pinned, pinned)
+    assert metrics["progressive_resizing/scale_factor"] == pytest.approx(pinned / 32)
+
+
 def test_default_resize_is_composers_nearest_and_bilinear_is_an_option() -> None:
     x = torch.rand(2, 3, 16, 16)
     nearest, _ = _apply(ProgressiveResizing(), (x, torch.arange(2)))

@@ -138,6 +138,7 @@ def test_each_step_trains_at_the_scheduled_length_and_evaluation_sees_full_lengt
     trainer.fit()
     assert [shape[1] for shape in trained.shapes] == [8, 16, 24, 32, 32, 32]  # warmup 3 ba: one step a batch
     assert logger.steps_and_values("seq_length_warmup/curr_seq_len")[1] == [8, 16, 24, 32, 32, 32]
+    assert logger.steps_and_values("seq_length_warmup/curr_bs")[1] == [shape[0] for shape in trained.shapes]
     assert trained.eval_shapes and all(shape == (4, SEQ) for shape in trained.eval_shapes)
 
 

@@ -85,8 +85,12 @@ class ProgressiveResizing(RandomMethod):
         state.batch_set_item(self.input_key, new_images)
         if self.resize_targets:
             state.batch_set_item(self.target_key, new_target)
-        logger.log_metrics(
-            {"progressive_resizing/scale_factor": scale, "progressive_resizing/width": new_images.shape[-1]}
+        logger.log_metrics(  # Composer's keys
+            {
+                "progressive_resizing/height": new_images.shape[-2],
+                "progressive_resizing/width": new_images.shape[-1],
+                "progressive_resizing/scale_factor": scale,
+            }
         )
 
     def effects(self) -> Effects:

@@ -55,7 +55,8 @@ class SeqLengthWarmup(Method):
     def apply(self, event: Event, state: State, logger: Any) -> None:
         length = self.seq_length(state)
         state.batch = set_batch_sequence_length(state.batch, length, self.truncate, self.preserve_end_of_sequence)
-        logger.log_metrics({"seq_length_warmup/curr_seq_len": length})
+        batch_size = state.batch["input_ids"].shape[0]  # grows when truncate=False cuts sequences into pieces
+        logger.log_metrics({"seq_length_warmup/curr_seq_len": length, "seq_length_warmup/curr_bs": batch_size})
 
     def effects(self) -> Effects:
         return Effects(reads={Resource.INPUTS, Resource.TARGETS}, writes={Resource.INPUTS, Resource.TARGETS})
