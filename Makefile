@@ -4,7 +4,7 @@ SHELL := /bin/bash
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
-MEMBERS := packages/core packages/mlflow $(patsubst %/,%,$(sort $(wildcard packages/methods/*/))) $(wildcard harness)
+MEMBERS := packages/core packages/mlflow packages/detection $(patsubst %/,%,$(sort $(wildcard packages/methods/*/))) $(wildcard harness)
 STAMP := $(VENV)/.installed
 
 .PHONY: help install test lint fmt demo bench cards wheels new-method clean

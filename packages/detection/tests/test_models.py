@@ -1,0 +1,136 @@
+"""torchvision detectors under cadence's Trainer: training steps, COCO evaluation, bitwise resume, methods."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from cadence import Trainer
+from cadence.testing import assert_same_tensors
+from cadence_detection import (
+    NUM_CLASSES,
+    SMALL_KINDS,
+    DetectionModel,
+    ShapesDetection,
+    collate_detection,
+    small_detector,
+    torchvision_detector,
+)
+
+
+def _trainer(model: DetectionModel, root: Path, duration: str = "2ba", **kwargs: Any) -> Trainer:
+    train = DataLoader(ShapesDetection(root, "train"), batch_size=2, shuffle=True, collate_fn=collate_detection)
+    val = DataLoader(ShapesDetection(root, "val"), batch_size=4, collate_fn=collate_detection)
+    kwargs.setdefault("algorithms", model.training_procedures())
+    return Trainer(
+        model=model,
+        train_dataloader=train,
+        eval_dataloader=val,
+        max_duration=duration,
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+        device="cpu",
+        progress_bar=False,
+        seed=7,
+        **kwargs,
+    )
+
+
+def _trains_and_evaluates(model: DetectionModel, root: Path) -> None:
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer = _trainer(model, root, eval_interval="2ba")
+    trainer.fit()
+    changed = [name for name, p in model.named_parameters() if not torch.equal(before[name], p)]
+    assert len(changed) > len(before) // 2  # the step reached backbone, neck and heads
+    losses = [v for k, v in trainer.state.loss.items()] if isinstance(trainer.state.loss, dict) else [trainer.state.loss]
+    assert all(torch.isfinite(torch.as_tensor(v)).all() for v in losses)
+    value = float(trainer.state.eval_metrics["MeanAveragePrecision"].compute())
+    assert 0.0 <= value <= 1.0
+    trainer.close()
+
+
+@pytest.mark.parametrize("kind", SMALL_KINDS)
+def test_a_small_detector_trains_two_steps_and_evaluates_coco_map(kind: str, shapes_root: Path) -> None:
+    torch.manual_seed(0)
+    _trains_and_evaluates(small_detector(kind, NUM_CLASSES, min_size=64), shapes_root)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fcos_resnet50_fpn", "retinanet_resnet50_fpn", "fasterrcnn_mobilenet_v3_large_fpn"])
+def test_a_torchvision_detector_trains_two_steps_and_evaluates(name: str, shapes_root: Path) -> None:
+    torch.manual_seed(0)
+    _trains_and_evaluates(torchvision_detector(name, NUM_CLASSES, min_size=64, max_size=64), shapes_root)
+
+
+def test_the_loss_is_the_sum_of_the_detectors_loss_dict(shapes_root: Path) -> None:
+    from cadence.models import total_loss
+
+    torch.manual_seed(0)
+    model = small_detector("retinanet", NUM_CLASSES, min_size=64).train()
+    batch = collate_detection([ShapesDetection(shapes_root, "train")[i] for i in range(2)])
+    losses = model.loss(model(batch), batch)
+    assert set(losses) == {"classification", "bbox_regression"}
+    assert torch.equal(total_loss(losses), losses["classification"] + losses["bbox_regression"])
+    detections = model.eval().eval_forward(batch)
+    assert len(detections) == 2 and {"boxes", "scores", "labels"} <= set(detections[0])
+
+
+def test_resuming_from_a_checkpoint_is_bitwise_the_uninterrupted_run(shapes_root: Path, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    whole = _trainer(small_detector("retinanet", NUM_CLASSES, min_size=64), shapes_root, "4ba",
+                     save_folder=tmp_path, save_interval="2ba")  # fmt: skip
+    whole.fit()
+    torch.manual_seed(1)  # another initialisation: the checkpoint must bring back every weight
+    resumed = _trainer(small_detector("retinanet", NUM_CLASSES, min_size=64), shapes_root, "4ba",
+                       load_path=tmp_path / "ep0-ba2.pt")  # fmt: skip
+    resumed.fit()
+    assert resumed.state.timestamp.batch.value == 4
+    assert_same_tensors(whole.state.model.state_dict(), resumed.state.model.state_dict(), "model")
+    assert_same_tensors(whole.state.optimizers[0].state_dict(), resumed.state.optimizers[0].state_dict(), "optimizer")
+    whole.close()
+    resumed.close()
+
+
+def test_channels_last_ema_clipping_and_blurpool_train_a_detector(shapes_root: Path) -> None:
+    from cadence.registry import registry
+
+    methods = {"channels_last": {}, "ema": {}, "gradient_clipping": {"clipping_type": "norm", "clipping_threshold": 1.0},
+               "blurpool": {}}  # fmt: skip
+    missing = sorted(set(methods) - set(registry().methods))
+    if missing:
+        pytest.skip(f"needs the method packages {missing}")
+    algorithms = [registry().method(name).algorithm(**kwargs) for name, kwargs in methods.items()]
+    torch.manual_seed(0)
+    model = small_detector("fcos", NUM_CLASSES, min_size=64)
+    trainer = _trainer(model, shapes_root, algorithms=[*algorithms, *model.training_procedures()], eval_interval="2ba")
+    trainer.fit()
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert {"BlurConv2d", "BlurMaxPool2d"} & kinds
+    assert 0.0 <= float(trainer.state.eval_metrics["MeanAveragePrecision"].compute()) <= 1.0
+    trainer.close()
+
+
+@pytest.mark.parametrize("method", ["mixup", "progressive_resizing", "randaugment", "label_smoothing"])
+def test_a_method_that_would_leave_the_boxes_wrong_is_refused_before_training(method: str, shapes_root: Path) -> None:
+    from cadence.registry import registry
+
+    if method not in registry().methods:
+        pytest.skip(f"needs cadence-{method.replace('_', '-')}")
+    algorithm = registry().method(method).algorithm()
+    model = small_detector("retinanet", NUM_CLASSES, min_size=64)
+    with pytest.raises(ValueError, match=rf"{algorithm.name} does not apply to detection: .*Fix: leave {algorithm.name} out"):
+        _trainer(model, shapes_root, algorithms=[algorithm, *model.training_procedures()])
+
+
+def test_unknown_names_and_downloads_are_refused() -> None:
+    with pytest.raises(ValueError, match="did you mean 'fcos_resnet50_fpn'"):
+        torchvision_detector("fcos_resnet50", NUM_CLASSES)
+    with pytest.raises(ValueError, match="weights='DEFAULT'"):
+        torchvision_detector("fcos_resnet50_fpn", NUM_CLASSES, weights="DEFAULT")
+    with pytest.raises(ValueError, match="kind='yolo'"):
+        small_detector("yolo", NUM_CLASSES)
+    with pytest.raises(ValueError, match="num_classes=1"):
+        small_detector("fcos", 1)
