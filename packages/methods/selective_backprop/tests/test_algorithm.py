@@ -119,6 +119,7 @@ def test_needs_max_duration() -> None:
         ({"start": 0.5, "end": 0.5}, "`start`"),
         ({"start": -0.1}, "`start`"),
         ({"end": 1.5}, "`end`"),
+        ({"start": 5, "end": 15}, "a start above 1 would never select"),  # fine in the functional, not here
         ({"keep": 0.0}, "`keep`"),
         ({"keep": 1.5}, "`keep`"),
         ({"scale_factor": 1.5}, "`scale_factor`"),

@@ -24,6 +24,11 @@ from cadence_selective_backprop import select_indices_using_loss, select_using_l
         (0.9, 0, 0.5, 0.9, 2, False),  # the window closes at end (exclusive)
         (1.0, 0, 0.0, 1.0, 0, False),
         (0.0, 0, 0.0, 1.0, 0, True),
+        (10, 0, 5, 15, 0, True),  # Composer's tests: the window in epochs
+        (10, 2, 5, 15, 2, True),
+        (0, 0, 5, 15, 0, False),
+        (20, 0, 5, 15, 0, False),
+        (10, 1, 5, 15, 2, False),
     ],
 )
 def test_should_selective_backprop_truth_table(
@@ -115,6 +120,10 @@ def test_keeping_everything_skips_the_scoring_pass() -> None:
 
 def test_bad_arguments_raise() -> None:
     x, y = torch.rand(4, 5), torch.arange(4)
+    with pytest.raises(ValueError, match="`start`=15 must be < `end`=5"):
+        should_selective_backprop(10, 0, 15, 5)
+    with pytest.raises(ValueError, match="`start`"):
+        should_selective_backprop(10, 0, -1, 5)
     with pytest.raises(ValueError, match="`scale_factor`"):
         select_using_loss(x, y, _identity_model, _loss_is_first_feature, 0.5, 0.5)  # 2-D cannot be downsampled
     with pytest.raises(ValueError, match="`scale_factor`"):
@@ -122,7 +131,7 @@ def test_bad_arguments_raise() -> None:
     for keep in (0.0, -0.5, 1.5):
         with pytest.raises(ValueError, match="`keep`"):
             select_using_loss(x, y, _identity_model, _loss_is_first_feature, keep)
-    with pytest.raises(TypeError, match="reduction"):
+    with pytest.raises(TypeError, match="must take a keyword argument `reduction`."):  # Composer's words
         select_using_loss(x, y, _identity_model, lambda outputs, target: outputs.sum())
     with pytest.raises(TypeError, match="reduction"):
         select_using_loss(x, y, _identity_model, "cross_entropy")  # type: ignore[arg-type]

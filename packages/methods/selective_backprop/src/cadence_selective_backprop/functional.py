@@ -29,9 +29,12 @@ def check_selective_backprop_args(start: float, end: float, keep: float, scale_f
     _check_keep_and_scale(keep, scale_factor)
 
 
-def _check_window(start: float, end: float, interrupt: int) -> None:
+def _check_window(start: float, end: float, interrupt: int, *, fractions: bool = True) -> None:
     for name, value in (("start", start), ("end", end)):
-        check_number(name, value, ge=0, le=1, hint="a fraction of training")
+        if fractions:
+            check_number(name, value, ge=0, le=1, hint="a fraction of training (a start above 1 would never select)")
+        else:
+            check_number(name, value, ge=0, hint="in the unit of current_duration")
     if start >= end:
         raise ValueError(f"`start`={start} must be < `end`={end}: Selective Backprop runs while start <= t < end")
     check_int("interrupt", interrupt, ge=0, hint="0: never interrupt")
@@ -45,12 +48,14 @@ def should_selective_backprop(
     batch to keep convergence; ``interrupt=0`` never interrupts.
 
     Args:
-        current_duration: elapsed fraction of training.
+        current_duration: elapsed fraction of training (or any other count of progress: the window is
+            compared in its unit, as Composer's tests do with epochs, ``start=5, end=15``).
         batch_idx: index of the batch within the epoch.
-        start, end: the window, as fractions of training.
+        start, end: the window, in the unit of `current_duration` (the `SelectiveBackprop` adapter
+            takes fractions of training only, in [0, 1]).
         interrupt: period of the full batches inside the window.
     """
-    _check_window(start, end, interrupt)
+    _check_window(start, end, interrupt, fractions=False)
     check_number("current_duration", current_duration, ge=0, hint="the elapsed fraction of training")
     check_int("batch_idx", batch_idx, ge=0)
     in_window = start <= current_duration < end
@@ -109,7 +114,10 @@ def select_indices_using_loss(
     if scale_factor != 1 and input.ndim not in _INTERPOLATION:
         raise ValueError(f"`scale_factor`={scale_factor} needs a 3-D to 5-D input to downsample, got {input.ndim}-D")
     if not callable(loss_fun) or not takes_reduction(loss_fun):
-        raise TypeError("`loss_fun` must be callable as loss_fun(outputs, target, reduction='none')")
+        raise TypeError(
+            "`loss_fun` must take a keyword argument `reduction`. It is called as "
+            "loss_fun(outputs, target, reduction='none') and returns one loss per sample"
+        )  # Composer's words first: code that matches them keeps working
     num_samples = input.shape[0]
     num_kept = max(1, int(keep * num_samples))
     if num_kept >= num_samples:
