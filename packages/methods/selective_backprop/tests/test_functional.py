@@ -131,7 +131,7 @@ def test_bad_arguments_raise() -> None:
     for keep in (0.0, -0.5, 1.5):
         with pytest.raises(ValueError, match="`keep`"):
             select_using_loss(x, y, _identity_model, _loss_is_first_feature, keep)
-    with pytest.raises(TypeError, match="must take a keyword argument `reduction`."):  # Composer's words
+    with pytest.raises(TypeError, match=r"must take a keyword argument `reduction`\."):  # Composer's words
         select_using_loss(x, y, _identity_model, lambda outputs, target: outputs.sum())
     with pytest.raises(TypeError, match="reduction"):
         select_using_loss(x, y, _identity_model, "cross_entropy")  # type: ignore[arg-type]
