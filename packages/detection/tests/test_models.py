@@ -7,10 +7,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
-
-from cadence import Trainer
-from cadence.testing import assert_same_tensors
 from cadence_detection import (
     NUM_CLASSES,
     SMALL_KINDS,
@@ -20,6 +16,10 @@ from cadence_detection import (
     small_detector,
     torchvision_detector,
 )
+from torch.utils.data import DataLoader
+
+from cadence import Trainer
+from cadence.testing import assert_same_tensors
 
 
 def _trainer(model: DetectionModel, root: Path, duration: str = "2ba", **kwargs: Any) -> Trainer:
@@ -45,7 +45,9 @@ def _trains_and_evaluates(model: DetectionModel, root: Path) -> None:
     trainer.fit()
     changed = [name for name, p in model.named_parameters() if not torch.equal(before[name], p)]
     assert len(changed) > len(before) // 2  # the step reached backbone, neck and heads
-    losses = [v for k, v in trainer.state.loss.items()] if isinstance(trainer.state.loss, dict) else [trainer.state.loss]
+    losses = (
+        [v for k, v in trainer.state.loss.items()] if isinstance(trainer.state.loss, dict) else [trainer.state.loss]
+    )
     assert all(torch.isfinite(torch.as_tensor(v)).all() for v in losses)
     value = float(trainer.state.eval_metrics["MeanAveragePrecision"].compute())
     assert 0.0 <= value <= 1.0
@@ -80,12 +82,18 @@ def test_the_loss_is_the_sum_of_the_detectors_loss_dict(shapes_root: Path) -> No
 
 def test_resuming_from_a_checkpoint_is_bitwise_the_uninterrupted_run(shapes_root: Path, tmp_path: Path) -> None:
     torch.manual_seed(0)
-    whole = _trainer(small_detector("retinanet", NUM_CLASSES, min_size=64), shapes_root, "4ba",
-                     save_folder=tmp_path, save_interval="2ba")  # fmt: skip
+    whole = _trainer(
+        small_detector("retinanet", NUM_CLASSES, min_size=64),
+        shapes_root,
+        "4ba",
+        save_folder=tmp_path,
+        save_interval="2ba",
+    )
     whole.fit()
     torch.manual_seed(1)  # another initialisation: the checkpoint must bring back every weight
-    resumed = _trainer(small_detector("retinanet", NUM_CLASSES, min_size=64), shapes_root, "4ba",
-                       load_path=tmp_path / "ep0-ba2.pt")  # fmt: skip
+    resumed = _trainer(
+        small_detector("retinanet", NUM_CLASSES, min_size=64), shapes_root, "4ba", load_path=tmp_path / "ep0-ba2.pt"
+    )
     resumed.fit()
     assert resumed.state.timestamp.batch.value == 4
     assert_same_tensors(whole.state.model.state_dict(), resumed.state.model.state_dict(), "model")
@@ -97,8 +105,12 @@ def test_resuming_from_a_checkpoint_is_bitwise_the_uninterrupted_run(shapes_root
 def test_channels_last_ema_clipping_and_blurpool_train_a_detector(shapes_root: Path) -> None:
     from cadence.registry import registry
 
-    methods = {"channels_last": {}, "ema": {}, "gradient_clipping": {"clipping_type": "norm", "clipping_threshold": 1.0},
-               "blurpool": {}}  # fmt: skip
+    methods = {
+        "channels_last": {},
+        "ema": {},
+        "gradient_clipping": {"clipping_type": "norm", "clipping_threshold": 1.0},
+        "blurpool": {},
+    }
     missing = sorted(set(methods) - set(registry().methods))
     if missing:
         pytest.skip(f"needs the method packages {missing}")
@@ -121,7 +133,9 @@ def test_a_method_that_would_leave_the_boxes_wrong_is_refused_before_training(me
         pytest.skip(f"needs cadence-{method.replace('_', '-')}")
     algorithm = registry().method(method).algorithm()
     model = small_detector("retinanet", NUM_CLASSES, min_size=64)
-    with pytest.raises(ValueError, match=rf"{algorithm.name} does not apply to detection: .*Fix: leave {algorithm.name} out"):
+    with pytest.raises(
+        ValueError, match=rf"{algorithm.name} does not apply to detection: .*Fix: leave {algorithm.name} out"
+    ):
         _trainer(model, shapes_root, algorithms=[algorithm, *model.training_procedures()])
 
 

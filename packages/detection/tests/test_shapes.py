@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
-
 from cadence_detection import ShapesDetection, collate_detection, load_split_tensors, make_shapes_dataset
+from torch.utils.data import DataLoader
 
 
 def test_the_files_are_coco_and_read_back_as_xyxy_boxes(shapes_root: Path) -> None:
     coco = json.loads((shapes_root / "train" / "annotations.json").read_text())
     assert {c["name"] for c in coco["categories"]} == {"square", "circle", "triangle"}
-    assert len(coco["images"]) == 8 and all((shapes_root / "train" / "images" / i["file_name"]).is_file() for i in coco["images"])
+    assert len(coco["images"]) == 8 and all(
+        (shapes_root / "train" / "images" / i["file_name"]).is_file() for i in coco["images"]
+    )
     dataset = ShapesDetection(shapes_root, "train")
     image, target = dataset[0]
     assert image.dtype == torch.uint8 and image.shape == (3, 64, 64)

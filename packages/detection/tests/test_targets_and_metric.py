@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from cadence_detection import DetectionMAP, pad_targets, unpad_targets
 
 
@@ -35,7 +34,9 @@ def test_targets_of_another_shape_are_refused_naming_it() -> None:
 def _map(prediction: list[float], key: str = "map") -> float:
     metric = DetectionMAP(key=key)
     truth = _target([[10, 10, 20, 20]], [1])
-    metric.update([{"boxes": torch.tensor([prediction]), "scores": torch.tensor([0.9]), "labels": torch.tensor([1])}], [truth])
+    metric.update(
+        [{"boxes": torch.tensor([prediction]), "scores": torch.tensor([0.9]), "labels": torch.tensor([1])}], [truth]
+    )
     return float(metric.compute())
 
 
@@ -54,8 +55,10 @@ def test_a_box_shifted_by_two_pixels_scores_four_tenths() -> None:
 
 def test_the_whole_result_dict_is_kept_and_a_bad_key_refused() -> None:
     metric = DetectionMAP()
-    metric.update([{"boxes": torch.tensor([[0.0, 0, 5, 5]]), "scores": torch.tensor([1.0]), "labels": torch.tensor([2])}],
-                  [_target([[0, 0, 5, 5]], [2])])  # fmt: skip
+    metric.update(
+        [{"boxes": torch.tensor([[0.0, 0, 5, 5]]), "scores": torch.tensor([1.0]), "labels": torch.tensor([2])}],
+        [_target([[0, 0, 5, 5]], [2])],
+    )
     metric.compute()
     assert {"map", "map_50", "mar_100"} <= set(metric.results)
     with pytest.raises(ValueError, match="key='mAP'"):

@@ -330,6 +330,22 @@ def synthetic_text(num_train: int = 256, num_test: int = 64) -> TextData:
     return TextData(*split(num_train), *split(num_test), num_classes=2, source="synthetic_text (smoke tests)")
 
 
+def load_detection_shapes(data_dir: str | Path | None) -> ImageData:
+    """cadence-detection's shapes set, written as COCO files (once) under `data_dir` or the cache and read back through
+    torchvision's CocoDetection. ``train_y``/``test_y`` hold each image's boxes, padded: (N, K, 5) rows
+    ``[label, x1, y1, x2, y2]``, label -1 past an image's last box (``cadence_detection.targets``)."""
+    try:
+        from cadence_detection import NUM_CLASSES, load_split_tensors, make_shapes_dataset
+    except ImportError as error:
+        raise RecipeError(
+            "`data` = 'detection_shapes' needs cadence-detection: pip install ./packages/detection"
+        ) from error
+    root = make_shapes_dataset(Path(data_dir) if data_dir else cache_dir() / "detection_shapes")
+    (train_x, train_y), (test_x, test_y) = (load_split_tensors(root, split) for split in ("train", "val"))
+    source = f"{root} (shapes on textured backgrounds, COCO format, made by cadence-detection)"
+    return ImageData(train_x, train_y, test_x, test_y, num_classes=NUM_CLASSES, source=source, kind="detection")
+
+
 def _subset(data: ImageData | TextData, subset: int | None, eval_subset: int | None) -> ImageData | TextData:
     """Keep the first `subset` training and `eval_subset` test samples (the files are already shuffled)."""
     keep = {"train": slice(subset), "test": slice(eval_subset)}
@@ -355,5 +371,6 @@ def load_dataset(
         "synthetic": synthetic_images,
         "sst2": lambda: load_sst2(data_dir),
         "synthetic_text": synthetic_text,
+        "detection_shapes": lambda: load_detection_shapes(data_dir),
     }
     return _subset(loaders[name](), subset, eval_subset)

@@ -6,6 +6,9 @@
   for a 3x3 stride-1 convolution without max-pooling, the usual adaptation to 32x32 inputs.
 * ``cadence/airbench94``: the airbench-class CIFAR-10 network (`cadence_harness.running.airbench`), its
   whitening layer fitted to the run's training images.
+* ``tv/<detector>`` (``tv/fcos_resnet50_fpn``, ``tv/retinanet_resnet50_fpn``, ...) and ``cadence/fcos_small``,
+  ``cadence/retinanet_small``, ``cadence/fasterrcnn_small``: detectors for detection data (``detection_shapes``),
+  built by ``cadence_detection.detector_by_name`` (random initialisation; the package cadence-detection).
 * ``timm/<name>``: ``cadence.models.timm_model`` (``timm.create_model``, ``pretrained=False``).
 * ``hf/<name>``: ``hf/bert-tiny`` and ``hf/gpt2-tiny`` are built from a small config, with a
   tokenizer trained on the run's training text; ``hf/minilm`` is all-MiniLM-L6-v2 from the
@@ -36,6 +39,7 @@ __all__ = [
     "check_model",
     "cifar_resnet",
     "family",
+    "is_detector",
     "language_metrics",
     "pack_blocks",
 ]
@@ -48,6 +52,7 @@ HF_BUILT_IN = (*HF_CONFIGS, *HF_PACKAGED)
 
 FAMILIES = ("tv", "timm", "hf", "cadence")
 CADENCE_MODELS = ("airbench94",)  # image networks defined in this project
+DETECTION_DATA = ("detection_shapes",)  # data sets whose targets are boxes: only detectors train on them
 
 
 def family(name: str) -> tuple[str, str]:
@@ -72,6 +77,8 @@ def _suggest(prefix: str, arch: str, known: Sequence[str]) -> str:
 def check_model(name: str, data: str | None = None, task: str = "classification") -> None:
     """Raise ValueError naming the problem if `name` cannot be built (or does not fit `data` or `task`)."""
     prefix, arch = family(name)
+    if _check_detection(name, data):
+        return
     if prefix == "tv":
         known = [*CIFAR_RESNETS, *_torchvision_names()]
         base = arch.removesuffix("-cifar")
@@ -102,6 +109,34 @@ def check_model(name: str, data: str | None = None, task: str = "classification"
             f"`task` = 'causal_lm' needs a decoder-only language model, but `model` = {name!r} is not one; "
             "use hf/gpt2-tiny or hf/<folder> of a GPT-2-style model"
         )
+
+
+def _detectors() -> tuple[list[str], list[str]]:
+    """(torchvision's detector names, the small ones) from cadence-detection; empty when it is not installed."""
+    try:
+        from cadence_detection import detector_names, small_names
+    except ImportError:
+        return [], []
+    return detector_names(), small_names()
+
+
+def is_detector(name: str) -> bool:
+    prefix, arch = family(name)
+    tv, small = _detectors()
+    return (prefix == "tv" and arch in tv) or (prefix == "cadence" and arch in small)
+
+
+def _check_detection(name: str, data: str | None) -> bool:
+    """True for a detector on detection data; ValueError for a detector on other data or another model on boxes."""
+    detector, boxes = is_detector(name), data in DETECTION_DATA
+    if detector and not boxes:
+        raise ValueError(f"`model` = {name!r} is a detector; train it on detection data ({', '.join(DETECTION_DATA)})")
+    if boxes and not detector:
+        tv, small = _detectors()
+        known = [f"tv/{n}" for n in tv] + [f"cadence/{n}" for n in small]
+        hint = ", ".join(known) if known else "none: install cadence-detection (packages/detection)"
+        raise ValueError(f"`data` = {data!r} holds boxes: `model` = {name!r} must be a detector; detectors: {hint}")
+    return detector
 
 
 def _torchvision_names() -> list[str]:
@@ -207,11 +242,17 @@ def build_image_model(
     std: Sequence[float],
     init_images: torch.Tensor | None = None,
     **kwargs: Any,
-) -> Classifier:
+) -> Any:
     """``Classifier(Sequential(normalize, net))`` for a tv/, timm/ or cadence/ model name; `init_images` (the
-    training images) initialise a model that is fitted to data (airbench's whitening layer)."""
+    training images) initialise a model that is fitted to data (airbench's whitening layer) and give a detector
+    its image size. A detector is a ``cadence_detection.DetectionModel``, normalising with `mean` and `std` itself."""
     prefix, arch = family(name)
     out_channels: int | None = None
+    if is_detector(name):
+        from cadence_detection import detector_by_name
+
+        size = int(init_images.shape[-1]) if init_images is not None else 128
+        return detector_by_name(arch, num_classes, image_size=size, mean=tuple(mean), std=tuple(std), **kwargs)
     if prefix == "cadence":
         from cadence_harness.running.airbench import build_airbench
 

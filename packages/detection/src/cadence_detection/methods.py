@@ -15,7 +15,7 @@ from typing import Any
 from cadence import Algorithm, Effects, Event, State
 from cadence.algorithm import NotApplicableError
 
-__all__ = ["DetectionMethodCheck", "REFUSED", "SUPPORTED", "check_methods"]
+__all__ = ["REFUSED", "SUPPORTED", "DetectionMethodCheck", "check_methods"]
 
 # Tested on a detector in cadence_detection's tests (training steps with each).
 SUPPORTED = {

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torchmetrics.detection import MeanAveragePrecision
 
-__all__ = ["DetectionMAP", "RESULT_KEYS"]
+__all__ = ["RESULT_KEYS", "DetectionMAP"]
 
 RESULT_KEYS = ("map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_1", "mar_10", "mar_100")
 

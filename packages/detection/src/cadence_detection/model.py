@@ -16,10 +16,9 @@ import torch
 from torch import nn
 
 from cadence.models import Model
-from cadence_detection.metrics import DetectionMAP
 from cadence_detection.targets import unpad_targets
 
-__all__ = ["DetectionModel", "ComposerDetectionModel"]
+__all__ = ["ComposerDetectionModel", "DetectionModel"]
 
 
 def _as_image_list(images: Any) -> list[torch.Tensor]:
@@ -45,7 +44,9 @@ class DetectionModel(Model):
         val_metrics: metrics by name; default ``{"MeanAveragePrecision": DetectionMAP()}`` (mAP@[.5:.95]).
     """
 
-    def __init__(self, detector: nn.Module, num_classes: int | None = None, val_metrics: Mapping[str, Any] | None = None):
+    def __init__(
+        self, detector: nn.Module, num_classes: int | None = None, val_metrics: Mapping[str, Any] | None = None
+    ):
         super().__init__()
         if not isinstance(detector, nn.Module):
             raise TypeError(f"detector must be a torch.nn.Module, got {type(detector).__name__}")
@@ -95,6 +96,8 @@ class DetectionModel(Model):
             return {}
         if self._val_metrics is not None:
             return {name: copy.deepcopy(metric) for name, metric in self._val_metrics.items()}
+        from cadence_detection.metrics import DetectionMAP  # lazily: torchmetrics only once a run evaluates
+
         return {"MeanAveragePrecision": DetectionMAP()}
 
     def update_metric(self, batch: Any, outputs: Any, metric: Any) -> None:
@@ -107,7 +110,11 @@ ComposerDetectionModel = DetectionModel
 
 
 def _num_classes(detector: nn.Module) -> int | None:
-    for path in ("num_classes", "head.classification_head.num_classes", "roi_heads.box_predictor.cls_score.out_features"):
+    for path in (
+        "num_classes",
+        "head.classification_head.num_classes",
+        "roi_heads.box_predictor.cls_score.out_features",
+    ):
         value: Any = detector
         for part in path.split("."):
             value = getattr(value, part, None)

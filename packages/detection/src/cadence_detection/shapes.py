@@ -80,7 +80,9 @@ def _write_split(folder: Path, count: int, image_size: int, max_objects: int, se
         for _ in range(int(rng.integers(1, max_objects + 1))):
             category = int(rng.integers(1, len(CATEGORIES) + 1))
             pixels, box = _draw_shape(rng, image_size, category)
-            canvas[pixels] = np.where(rng.random(3) < 0.5, rng.integers(0, 60, 3), rng.integers(190, 256, 3)).astype(np.uint8)
+            canvas[pixels] = np.where(rng.random(3) < 0.5, rng.integers(0, 60, 3), rng.integers(190, 256, 3)).astype(
+                np.uint8
+            )
             annotations.append(
                 {
                     "id": len(annotations) + 1,

@@ -16,7 +16,14 @@ from torch import nn
 
 from cadence_detection.model import DetectionModel
 
-__all__ = ["SMALL_KINDS", "detector_names", "small_detector", "torchvision_detector"]
+__all__ = [
+    "SMALL_KINDS",
+    "detector_by_name",
+    "detector_names",
+    "small_detector",
+    "small_names",
+    "torchvision_detector",
+]
 
 SMALL_KINDS = ("fcos", "retinanet", "fasterrcnn")
 # Proposal and sampling counts for small images with a few objects (torchvision's: 2000/2000, 1000/1000, 512).
@@ -37,7 +44,7 @@ def detector_names() -> list[str]:
 
 
 def torchvision_detector(name: str, num_classes: int, **kwargs: Any) -> DetectionModel:
-    """``torchvision.models.get_model(name, weights=None, weights_backbone=None, num_classes=...)`` in a `DetectionModel`.
+    """``torchvision.models.get_model(name, weights=None, weights_backbone=None, ...)`` in a `DetectionModel`.
 
     Args:
         name: a detection builder, e.g. ``"fcos_resnet50_fpn"``.
@@ -58,12 +65,20 @@ def torchvision_detector(name: str, num_classes: int, **kwargs: Any) -> Detectio
         if kwargs.get(key) is not None:
             raise ValueError(f"{key}={kwargs[key]!r}: detectors are built randomly initialised here; leave {key} out")
         kwargs.pop(key, None)
-    detector = torchvision.models.get_model(name, weights=None, weights_backbone=None, num_classes=num_classes, **kwargs)
+    detector = torchvision.models.get_model(
+        name, weights=None, weights_backbone=None, num_classes=num_classes, **kwargs
+    )
     return DetectionModel(detector, num_classes=num_classes)
 
 
 def small_detector(
-    kind: str, num_classes: int, *, min_size: int = 128, max_size: int | None = None, fpn_channels: int = 64, **kwargs: Any
+    kind: str,
+    num_classes: int,
+    *,
+    min_size: int = 128,
+    max_size: int | None = None,
+    fpn_channels: int = 64,
+    **kwargs: Any,
 ) -> DetectionModel:
     """FCOS, RetinaNet or Faster R-CNN on a randomly initialised ResNet-18 with a `fpn_channels`-wide FPN.
 
@@ -113,3 +128,29 @@ def small_detector(
 def _check_num_classes(num_classes: Any) -> None:
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes={num_classes!r} must be an int >= 2 (the largest label + 1)")
+
+
+def small_names() -> list[str]:
+    """``fcos_small``, ``retinanet_small``, ``fasterrcnn_small``: what `detector_by_name` hands to `small_detector`."""
+    return [f"{kind}_small" for kind in SMALL_KINDS]
+
+
+def detector_by_name(
+    name: str,
+    num_classes: int,
+    *,
+    image_size: int,
+    mean: tuple[float, ...] | None = None,
+    std: tuple[float, ...] | None = None,
+    **kwargs: Any,
+) -> DetectionModel:
+    """A torchvision detector (`detector_names`) or a small one (`small_names`) that trains at `image_size` pixels.
+
+    `mean` and `std` (the training images' channel statistics, in [0, 1]) replace the ImageNet statistics the
+    detector's transform normalises with; without them it keeps ImageNet's.
+    """
+    stats = {"image_mean": list(mean), "image_std": list(std)} if mean is not None and std is not None else {}
+    kwargs = {"min_size": image_size, "max_size": image_size, **stats, **kwargs}
+    if name in small_names():
+        return small_detector(name.removesuffix("_small"), num_classes, **kwargs)
+    return torchvision_detector(name, num_classes, **kwargs)
