@@ -3,8 +3,8 @@
 A schedule is a callable ``(state, ssr) -> multiplier`` of the base learning rate. It is a
 pure function of ``state.timestamp``, so a resumed run lands on exactly the same rate.
 Times may be given in ``ba``, ``ep`` or ``dur``; ``ssr`` (the trainer's
-``scale_schedule_ratio``) stretches every ``ba``/``ep`` time, and ``dur`` times follow
-the scaled ``max_duration`` by construction.
+``scale_schedule_ratio``) stretches every ``ba``/``ep`` time (truncated to whole batches,
+as Composer), and ``dur`` times follow the scaled ``max_duration`` by construction.
 """
 
 from __future__ import annotations
@@ -61,9 +61,12 @@ class Scheduler(ABC):
 
     @staticmethod
     def batches(state: State, time: Time, ssr: float) -> float:
-        """`time` in batches, with ba/ep times stretched by `ssr`."""
-        scale = 1.0 if time.unit.value == "dur" else ssr
-        return state.to_batches(time) * scale
+        """`time` in batches, with ba/ep times stretched by `ssr` and truncated to whole batches as Composer
+        does (``int(batches * ssr)``); ``dur`` times follow the (scaled) ``max_duration`` as they are."""
+        batches = state.to_batches(time)
+        if time.unit.value == "dur" or ssr == 1.0:
+            return batches
+        return float(int(batches * ssr))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
