@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from cadence import distributed as dist
+from cadence._dcp_metadata import read_dcp_metadata
 from cadence.checkpoint import SHARDED_PAYLOAD as PAYLOAD
 from cadence.checkpoint import CheckpointError, point_latest_at
 
@@ -93,33 +94,6 @@ def save_sharded(
 
 
 # Loading ----------------------------------------------------------------------------------------
-class _MetadataUnpickler(pickle.Unpickler):
-    """Builds only DCP's metadata classes, torch's dtypes and sizes (the pickle docs' "restricting globals")."""
-
-    _ALLOWED = {
-        "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
-        "torch.serialization": {"_get_layout"},
-        "pathlib": {"PosixPath", "WindowsPath", "Path"},
-        "collections": {"OrderedDict"},
-    }
-
-    def find_class(self, module: str, name: str) -> Any:
-        if name in self._ALLOWED.get(module, ()) or _is_metadata_class(module, name):
-            return super().find_class(module, name)
-        plain = isinstance(getattr(torch, name, None), (torch.dtype, torch.memory_format))
-        if module == "torch" and (name == "Size" or plain):
-            return getattr(torch, name)
-        raise pickle.UnpicklingError(f"the checkpoint's metadata names {module}.{name}, which DCP metadata never holds")
-
-
-def _is_metadata_class(module: str, name: str) -> bool:
-    """A class DCP's metadata module defines (its dataclasses and enums), nothing it imports."""
-    from torch.distributed.checkpoint import metadata
-
-    found = getattr(metadata, name, None) if module == metadata.__name__ else None
-    return isinstance(found, type) and found.__module__ == module
-
-
 def _reader(path: Path) -> Any:
     from torch.distributed.checkpoint import FileSystemReader
 
@@ -127,7 +101,7 @@ def _reader(path: Path) -> Any:
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             from torch.distributed.checkpoint.metadata import StorageMeta
 
-            metadata = _MetadataUnpickler(io.BytesIO((path / ".metadata").read_bytes())).load()
+            metadata = read_dcp_metadata(path / ".metadata")
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
@@ -156,9 +130,10 @@ def _load(path: Path, tensors: dict[str, Any], partial: bool = False) -> None:
     import torch.distributed.checkpoint as dcp
 
     try:
-        dcp.load(tensors, storage_reader=_reader(path), planner=_planner(partial))
-    except pickle.UnpicklingError as error:
+        read_dcp_metadata(path / ".metadata")  # refused here, before DCP reads it (and wraps the error)
+    except (pickle.UnpicklingError, EOFError, AttributeError, ValueError) as error:
         raise CheckpointError(path, f"refusing to load it: {error}") from None
+    dcp.load(tensors, storage_reader=_reader(path), planner=_planner(partial))
 
 
 def load_model(model: nn.Module, path: Path, strict: bool = True) -> None:

@@ -22,18 +22,14 @@ built on ``model.parameters()`` are pointed at the sharded parameters (they must
 
 from __future__ import annotations
 
-import difflib
 import itertools
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as torch_dist
 from torch import nn
 
-from cadence.precision import Precision
+from cadence._fsdp_config import FSDPSettings, parse_parallelism_config
 
 __all__ = [
     "FSDPSettings",
@@ -43,192 +39,9 @@ __all__ = [
     "wrap_targets",
 ]
 
-_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
-_DTYPES = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-}
 RESIDUAL_BLOCKS = frozenset({"BasicBlock", "Bottleneck", "InvertedResidual", "ResBottleneckBlock", "Block"})
 """Class names wrapped by default besides HuggingFace's ``_no_split_modules``: torchvision's and timm's
 ResNet blocks, MobileNet/EfficientNet blocks, RegNet blocks and timm's ViT ``Block``."""
-
-# Composer keys FSDP2 has no use for: accepted with the value that describes FSDP2's own behaviour,
-# refused with any other (key: (accepted value, why another cannot be honoured)).
-_FIXED = {
-    "use_orig_params": (True, "FSDP2 always trains the original parameters (DTensors); it has no flat parameters"),
-    "limit_all_gathers": (True, "FSDP2 always limits the all-gathers in flight"),
-    "backward_prefetch": ("BACKWARD_PRE", "FSDP2 prefetches the next block's all-gather in backward by itself"),
-    "backward_prefetch_limit": (1, "FSDP2 prefetches one block ahead"),
-    "forward_prefetch": (False, "FSDP2 prefetches in forward only on request; cadence does not expose that yet"),
-    "forward_prefetch_limit": (1, "FSDP2 prefetches one block ahead"),
-    "activation_checkpointing_reentrant": (False, "FSDP2 composes with non-reentrant activation checkpointing only"),
-    "activation_cpu_offload": (False, "offloading activations to the host is not implemented"),
-    "keep_low_precision_grads": (False, "gradients are reduced and kept in mixed_precision's reduce dtype"),
-    "load_monolith_rank0_only": (False, "every rank reads the shards it needs from a sharded checkpoint"),
-    "state_dict_type": (
-        "sharded",
-        "checkpoints are written sharded through torch.distributed.checkpoint; one "
-        "loads into any number of processes, one included",
-    ),
-    "te_checkpoint_wrapper": (False, "TransformerEngine is not supported"),
-    "te_shard_fp8_weight": (False, "TransformerEngine is not supported"),
-    "load_planner": (None, "checkpoints load with cadence's planner, which refuses pickled objects"),
-    "save_planner": (None, "checkpoints are written with torch's default planner"),
-    "ignored_modules": (None, "every parameter is sharded; freeze a module instead of ignoring it"),
-    "process_group": (None, "the mesh is built from torchrun's world and data_parallel_shard_degree"),
-    "device_mesh": (None, "the mesh is built from torchrun's world and data_parallel_shard_degree"),
-    "sharded_ckpt_prefix_dir": (None, "a sharded checkpoint is a folder named by save_filename"),
-}
-_OWN = (
-    "sharding_strategy",
-    "reshard_after_forward",
-    "mixed_precision",
-    "activation_checkpointing",
-    "cpu_offload",
-    "auto_wrap",
-    "sync_module_states",
-    "verbose",
-    "data_parallel_shard_degree",
-    "data_parallel_replicate_degree",
-)
-
-
-@dataclass(frozen=True)
-class FSDPSettings:
-    """What `parse_parallelism_config` accepted, in ``fully_shard``'s terms."""
-
-    reshard_after_forward: bool | int = True
-    shard_degree: int | None = None  # ranks per shard group; None: all of them (no replication)
-    param_dtype: torch.dtype | None = None
-    reduce_dtype: torch.dtype | None = None
-    output_dtype: torch.dtype | None = None
-    activation_checkpointing: bool = False
-    cpu_offload: bool = False
-    auto_wrap: bool = True
-    sync_module_states: bool = True
-    verbose: bool = False
-    config: dict[str, Any] = field(default_factory=dict, compare=False)  # as given, for the logs
-
-
-def parse_parallelism_config(value: Any, precision: Precision, device: torch.device) -> FSDPSettings | None:
-    """Composer's ``parallelism_config``: None, or ``{"fsdp": {...}}``; every key checked before training."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise TypeError(f'parallelism_config={value!r}: pass a dict such as {{"fsdp": {{}}}} (FSDP2 defaults)')
-    for key in value:
-        if key == "tp":
-            raise ValueError('parallelism_config["tp"]: tensor parallelism is not supported; shard with "fsdp"')
-        if key != "fsdp":
-            raise ValueError(f"parallelism_config has key {key!r}; the one key cadence takes is 'fsdp'")
-    fsdp = value.get("fsdp")
-    if fsdp is None:
-        return None
-    if not isinstance(fsdp, Mapping):
-        raise TypeError(f'parallelism_config["fsdp"]={fsdp!r}: pass a dict of FSDP options ({{}}: the defaults)')
-    return _settings(dict(fsdp), precision, device)
-
-
-def _refuse_unknown(config: dict[str, Any]) -> None:
-    for key, given in config.items():
-        if key in _FIXED:
-            accepted, why = _FIXED[key]
-            if given != accepted:
-                raise ValueError(f"fsdp {key}={given!r} cannot be honoured: {why}; leave it out (or pass {accepted!r})")
-        elif key not in _OWN:
-            close = difflib.get_close_matches(key, [*_OWN, *_FIXED], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; cadence's FSDP takes {', '.join(_OWN)}"
-            raise ValueError(f"parallelism_config['fsdp'] has unknown key {key!r}{hint}")
-
-
-def _flag(config: dict[str, Any], key: str, default: bool) -> bool:
-    value = config.get(key, default)
-    if not isinstance(value, bool):
-        raise TypeError(f"fsdp {key}={value!r} must be True or False")
-    return value
-
-
-def _degree(config: dict[str, Any], key: str) -> int | None:
-    value = config.get(key)
-    if value is None or value == -1:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"fsdp {key}={value!r} must be a positive int, or -1 / None for automatic")
-    return value
-
-
-def _settings(config: dict[str, Any], precision: Precision, device: torch.device) -> FSDPSettings:
-    _refuse_unknown(config)
-    strategy = str(config.get("sharding_strategy", "FULL_SHARD")).upper()
-    if strategy not in _STRATEGIES:
-        raise ValueError(f"fsdp sharding_strategy={config['sharding_strategy']!r}; choose one of {_STRATEGIES}")
-    reshard: bool | int = strategy in ("FULL_SHARD", "HYBRID_SHARD")
-    if "reshard_after_forward" in config:  # FSDP2's own key, more precise than the strategy
-        reshard = config["reshard_after_forward"]
-        if not isinstance(reshard, (bool, int)) or (not isinstance(reshard, bool) and reshard < 1):
-            raise ValueError(f"fsdp reshard_after_forward={reshard!r}: True, False, or a group size >= 1 ranks")
-    shard_degree = _degree(config, "data_parallel_shard_degree")
-    replicate_degree = _degree(config, "data_parallel_replicate_degree")
-    if strategy == "NO_SHARD":
-        shard_degree = 1
-    elif strategy.endswith("HYBRID_SHARD") or strategy == "_HYBRID_SHARD_ZERO2":
-        shard_degree = shard_degree or int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if replicate_degree is not None and shard_degree is None:
-        raise ValueError("fsdp data_parallel_replicate_degree needs data_parallel_shard_degree (or HYBRID_SHARD)")
-    cpu_offload = _flag(config, "cpu_offload", False)
-    if cpu_offload and device.type != "cuda":
-        raise ValueError(
-            f"fsdp cpu_offload=True keeps the shards in host memory and moves them to the GPU for compute; this "
-            f"run is on {device.type}, where the weights are in host memory already. Leave it out"
-        )
-    param, reduce, output = _mixed_precision(config.get("mixed_precision", "DEFAULT"), precision)
-    return FSDPSettings(
-        reshard_after_forward=reshard,
-        shard_degree=shard_degree,
-        param_dtype=param,
-        reduce_dtype=reduce,
-        output_dtype=output,
-        activation_checkpointing=_flag(config, "activation_checkpointing", False),
-        cpu_offload=cpu_offload,
-        auto_wrap=_flag(config, "auto_wrap", True),
-        sync_module_states=_flag(config, "sync_module_states", True),
-        verbose=_flag(config, "verbose", False),
-        config=config,
-    )
-
-
-def _mixed_precision(value: Any, precision: Precision) -> tuple[torch.dtype | None, ...]:
-    """(param, reduce, output) dtypes: Composer's 'DEFAULT' (compute in the run's precision, reduce in
-    fp32), 'PURE' (reduce in it too), 'FULL' (fp32 throughout), or a dict of dtypes."""
-    low = precision.autocast_dtype
-    if isinstance(value, str) and value.upper() in ("DEFAULT", "PURE", "FULL"):
-        mode = value.upper()
-        if mode == "FULL" or low is None:
-            return None, None, None
-        return low, (low if mode == "PURE" else torch.float32), None
-    if not isinstance(value, Mapping):
-        raise ValueError(f"fsdp mixed_precision={value!r}: 'DEFAULT', 'PURE', 'FULL' or a dict of dtypes")
-    unknown = set(value) - {"param_dtype", "reduce_dtype", "output_dtype", "buffer_dtype"}
-    if unknown:
-        raise ValueError(
-            f"fsdp mixed_precision has unknown keys {sorted(unknown)}; it takes param_dtype, reduce_dtype, output_dtype"
-        )
-    if value.get("buffer_dtype") is not None:
-        raise ValueError("fsdp mixed_precision buffer_dtype cannot be honoured: FSDP2 leaves buffers in their dtype")
-    return tuple(_dtype(value, key) for key in ("param_dtype", "reduce_dtype", "output_dtype"))
-
-
-def _dtype(value: Mapping[str, Any], key: str) -> torch.dtype | None:
-    given = value.get(key)
-    if given is None or isinstance(given, torch.dtype):
-        return given
-    if str(given).lower() not in _DTYPES:
-        raise ValueError(f"fsdp mixed_precision {key}={given!r}; choose one of {sorted(_DTYPES)} or a torch.dtype")
-    return _DTYPES[str(given).lower()]
 
 
 # Sharding --------------------------------------------------------------------------------------
@@ -284,10 +97,14 @@ def _check_fresh(optimizers: list[torch.optim.Optimizer]) -> None:
 def _rebind_optimizers(optimizers: list[torch.optim.Optimizer], names: dict[int, str], model: nn.Module) -> None:
     """Point every optimizer (and a wrapper's base optimizer) at the sharded parameters, by name."""
     sharded = dict(model.named_parameters(remove_duplicate=False))
+    done: set[int] = set()  # a wrapper (SAM) shares its base optimizer's groups
     for optimizer in itertools.chain(optimizers, (getattr(o, "base_optimizer", None) for o in optimizers)):
         if optimizer is None:
             continue
         for group in optimizer.param_groups:
+            if id(group) in done:
+                continue
+            done.add(id(group))
             missing = [p for p in group["params"] if id(p) not in names]
             if missing:
                 raise ValueError(
@@ -304,12 +121,13 @@ def _broadcast_from_rank0(model: nn.Module) -> None:
                 torch_dist.broadcast(tensor.data, src=0)
 
 
-def shard_model(
-    model: nn.Module, optimizers: list[torch.optim.Optimizer], settings: FSDPSettings | None, device: torch.device
-) -> nn.Module:
-    """`model`, sharded in place with ``fully_shard`` as `settings` say (nothing happens for None)."""
+def shard_model(state: Any, settings: FSDPSettings | None) -> nn.Module:
+    """``state.model``, sharded in place with ``fully_shard`` as `settings` say (nothing happens for None),
+    its optimizers pointed at the shards. Runs after INIT: surgery has changed the model already."""
+    model, optimizers, device = state.model, state.optimizers, state.device
     if settings is None:
         return model
+    refuse_late_surgery(state.algorithms)
     from torch.distributed._composable import checkpoint
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
@@ -342,6 +160,19 @@ def shard_model(
             f"mesh {tuple(mesh.shape)}, reshard_after_forward={settings.reshard_after_forward}"
         )
     return model
+
+
+def refuse_late_surgery(algorithms: list[Any]) -> None:
+    """Surgery must run on INIT under FSDP: later, it would replace modules inside sharded blocks, whose
+    new parameters FSDP would never gather."""
+    for algorithm in algorithms:
+        apply_at = getattr(algorithm, "apply_at", "init")
+        apply_at = getattr(apply_at, "value", apply_at)  # an Event or its name
+        if algorithm.required_on_load() and apply_at != "init":
+            raise ValueError(
+                f"{type(algorithm).__name__}(apply_at={apply_at!r}) changes the model after it is sharded, and FSDP "
+                f"would never gather the new modules' parameters; pass apply_at='init' (surgery before sharding)"
+            )
 
 
 def enable_dtensor_foreach_copy() -> None:

@@ -236,9 +236,15 @@ def load_run_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def _read_sharded_payload(path: Path) -> Any:
     """The run of the sharded checkpoint folder `path` (its ``cadence.pt``), once the folder is complete."""
+    from cadence._dcp_metadata import read_dcp_metadata
+
     for part, what in ((".metadata", "DCP's .metadata"), (SHARDED_PAYLOAD, SHARDED_PAYLOAD)):
         if not (path / part).is_file():
             raise CheckpointError(path, f"a sharded checkpoint folder without {what}: incomplete, or no checkpoint")
+    try:
+        read_dcp_metadata(path / ".metadata")
+    except Exception as error:  # damaged, or naming code to run: never unpickled by torch's own reader
+        raise CheckpointError(path, f"its DCP .metadata cannot be used ({type(error).__name__}: {error})") from None
     return load_checkpoint(path / SHARDED_PAYLOAD)
 
 

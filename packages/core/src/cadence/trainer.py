@@ -227,7 +227,7 @@ class Trainer:
 
             # INIT (surgery), then metrics and schedulers on the final model ------------------
             self.engine.run_event(Event.INIT)
-            model = shard_model(self.state.model, self.state.optimizers, fsdp, device_)  # FSDP: after surgery
+            model = shard_model(self.state, fsdp)  # FSDP (parallelism_config): after surgery, before loading
             self.state.defer_metrics()  # built from the final model on first use
             self._schedules = RunSchedules(self.state, schedulers_)
 

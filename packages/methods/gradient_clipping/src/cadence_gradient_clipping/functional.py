@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from cadence.ops.checks import check_choice, check_number
+from cadence.ops.checks import check_bool, check_choice, check_number
 
 __all__ = [
     "AGC_EPS",
@@ -37,7 +37,7 @@ def check_gradient_clipping_args(clipping_type: str, clipping_threshold: float) 
 
 
 def apply_gradient_clipping(
-    model: nn.Module | Iterable[torch.Tensor], clipping_type: str, clipping_threshold: float
+    model: nn.Module | Iterable[torch.Tensor], clipping_type: str, clipping_threshold: float, fsdp_enabled: bool = False
 ) -> None:
     """Clip the gradients of `model` in place: call it after ``backward`` and before ``optimizer.step``.
 
@@ -52,8 +52,14 @@ def apply_gradient_clipping(
             unit (a row of a Linear, a filter of a conv, a whole bias) whose gradient norm exceeds
             ``t`` times its weight norm (AGC, see `adaptive_clipping_coefficient`).
         clipping_threshold: ``t`` above, a finite number > 0.
+        fsdp_enabled: Composer's flag for a model sharded with FSDP. Under FSDP2 (``fully_shard``, the
+            trainer's ``parallelism_config``) parameters and gradients are DTensors, and the same code
+            computes the global quantities over every rank's shards: the norm of all gradients, and
+            AGC's per-unit norms (a unit lies on one rank: FSDP2 shards along dimension 0). So the flag
+            changes nothing and either value is right; it is accepted for Composer's signature.
     """
     clipping_type, threshold = check_gradient_clipping_args(clipping_type, clipping_threshold)
+    check_bool("fsdp_enabled", fsdp_enabled)
     parameters = model.parameters() if isinstance(model, nn.Module) else model
     with_grads = [p for p in parameters if p.grad is not None]
     if not with_grads:

@@ -1,0 +1,136 @@
+"""Methods under FSDP, launched with ``torchrun --nproc_per_node 2 fsdp_methods_run.py OUT [CASE ...]``.
+
+For each case the same run trains twice in the same two processes: with DDP (which equals one
+process, see test_ddp.py) and sharded with FSDP. Rank 0 writes OUT/results.json: for each case the
+largest weight difference between the two, or the error the sharded run raised; and the sharded
+run's weights to OUT/<case>.pt. Run in one process (``python fsdp_methods_run.py OUT CASE``), it
+trains each case unsharded only and writes its weights there.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from fsdp_run import GLOBAL_BATCH, VOCAB, lm_batch, tiny_gpt2
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.utils.data import DataLoader, TensorDataset
+
+from cadence import HuggingFaceModel, Trainer
+from cadence.distributed import get_rank, get_world_size, initialize_from_environment
+from cadence.testing import mlp_classifier
+
+
+def _clip(kind: str) -> Callable[[], list[Any]]:
+    def make() -> list[Any]:
+        from cadence_gradient_clipping import GradientClipping
+
+        return [GradientClipping(kind, 0.01 if kind == "adaptive" else 0.05)]
+
+    return make
+
+
+def _one(module: str, name: str, **kwargs: Any) -> Callable[[], list[Any]]:
+    def make() -> list[Any]:
+        import importlib
+
+        return [getattr(importlib.import_module(module), name)(**kwargs)]
+
+    return make
+
+
+CASES: dict[str, tuple[str, Callable[[], list[Any]]]] = {
+    "gradient_clipping_norm": ("mlp", _clip("norm")),
+    "gradient_clipping_value": ("mlp", _clip("value")),
+    "gradient_clipping_adaptive": ("mlp", _clip("adaptive")),
+    "ema": ("mlp", _one("cadence_ema", "EMA", half_life=None, smoothing=0.8)),
+    "swa": ("mlp", _one("cadence_swa", "SWA", swa_start="0.25dur", swa_end="0.9dur", update_interval="1ba")),
+    "sam": ("mlp", _one("cadence_sam", "SAM", rho=0.05)),
+    "label_smoothing": ("mlp", _one("cadence_label_smoothing", "LabelSmoothing", smoothing=0.1)),
+    "mixup": ("mlp", _one("cadence_mixup", "MixUp", alpha=0.2)),
+    "layer_freezing": ("mlp", _one("cadence_layer_freezing", "LayerFreezing", freeze_start=0.25, freeze_level=0.5)),
+    "selective_backprop": ("mlp", _one("cadence_selective_backprop", "SelectiveBackprop", start=0.0, end=1.0)),
+    "alibi": ("gpt2", _one("cadence_alibi", "Alibi", max_sequence_length=32, train_sequence_length_scaling=1.0)),
+    "gated_linear_units": ("gpt2", _one("cadence_gated_linear_units", "GatedLinearUnits")),
+    "low_precision_layernorm": ("gpt2", _one("cadence_low_precision_layernorm", "LowPrecisionLayerNorm")),
+    "seq_length_warmup": (
+        "gpt2",
+        _one(
+            "cadence_seq_length_warmup",
+            "SeqLengthWarmup",
+            duration=0.5,
+            min_seq_length=4,
+            max_seq_length=16,
+            step_size=4,
+        ),
+    ),
+}
+
+
+def train(kind: str, make_methods: Callable[[], list[Any]], fsdp: bool) -> dict[str, torch.Tensor]:
+    world = get_world_size()
+    data = torch.Generator().manual_seed(11)
+    if kind == "gpt2":
+        dataset = TensorDataset(torch.randint(0, VOCAB, (64, 16), generator=data))
+        model: Any = HuggingFaceModel(tiny_gpt2())
+        collate: Any = lm_batch
+    else:
+        dataset = TensorDataset(torch.randn(64, 8, generator=data), torch.randint(0, 4, (64,), generator=data))
+        torch.manual_seed(0)
+        model, collate = mlp_classifier(8, 4, hidden=16), None
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(dataset, batch_size=GLOBAL_BATCH // world, shuffle=True, collate_fn=collate),
+        max_duration="8ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        algorithms=make_methods(),
+        seed=5,
+        device="cpu",
+        progress_bar=False,
+        parallelism_config={"fsdp": {}} if fsdp else None,
+    )
+    trainer.fit()
+    weights = get_model_state_dict(trainer.state.model, options=StateDictOptions(full_state_dict=True))
+    trainer.close()
+    return {name: tensor.detach().clone() for name, tensor in weights.items()}
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    chosen = sys.argv[2:] or list(CASES)
+    initialize_from_environment(torch.device("cpu"))
+    results: dict[str, Any] = {}
+    for name in chosen:
+        kind, make = CASES[name]
+        reference = train(kind, make, fsdp=False)
+        if get_world_size() == 1:
+            out.mkdir(parents=True, exist_ok=True)
+            torch.save(reference, out / f"{name}.pt")
+            continue
+        try:
+            sharded = train(kind, make, fsdp=True)
+        except Exception as error:  # every rank raises the same: the runs stay in step
+            results[name] = {
+                "error": f"{type(error).__name__}: {error}"[:2000],
+                "trace": traceback.format_exc()[-3000:],
+            }
+            continue
+        if sharded.keys() != reference.keys():
+            results[name] = {"error": f"other weights: {sorted(set(sharded) ^ set(reference))}"}
+            continue
+        results[name] = {"max_abs_diff": max((sharded[k] - reference[k]).abs().max().item() for k in reference)}
+        if get_rank() == 0:
+            out.mkdir(parents=True, exist_ok=True)
+            torch.save(sharded, out / f"{name}.pt")
+    if get_rank() == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
