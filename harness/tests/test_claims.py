@@ -256,3 +256,41 @@ def test_every_card_in_the_repository_has_well_formed_claims() -> None:
     root = Path(__file__).resolve().parents[2] / "packages" / "methods"
     for method, path in card_paths(root).items():
         parse_claims(front_matter(path), where=method)
+
+
+def test_a_claim_with_settings_is_judged_on_the_arm_that_ran_them() -> None:
+    """`mix` ran alpha 0.2 (recorded as a hyperparameter); its variant `mix@claimed` alpha 1.0 (only in the
+    method's recorded repr) and is 3 pp more accurate."""
+
+    def run(arm: str, budget: str, seed: int, accuracy: float, params: dict[str, str]) -> RunRecord:
+        record = _run(arm, budget, budget, seed, accuracy + seed / 1000, 10.0)
+        return dataclasses.replace(record, params={**record.params, **params})
+
+    records = [
+        run(arm, budget, s, acc, params)
+        for arm, acc, params in [
+            ("baseline", 0.70, {}),
+            ("mix", 0.70, {"method.mix": "Mix(alpha=0.2, seed=None)", "method.mix.alpha": "0.2"}),
+            ("mix@claimed", 0.73, {"method.mix": "Mix(alpha=1.0, seed=None)"}),
+        ]
+        for budget in ("2ep", "4ep")
+        for s in range(3)
+    ]
+    (section,) = sections_of(records)
+    at_claim, plain, elsewhere = claims(
+        {"claim": "better at alpha 1", "source": "paper", "expects": "accuracy", "settings": {"alpha": 1}},
+        {"claim": "better", "source": "paper", "expects": "accuracy"},
+        {"claim": "better at alpha 2", "source": "paper", "expects": "accuracy", "settings": {"alpha": 2.0}},
+    )
+    judged = judge(at_claim, section, "mix")
+    assert judged.verdict == CONSISTENT and judged.reason.startswith("on `mix@claimed` (alpha=1): Δ accuracy at 4ep")
+    assert judge(plain, section, "mix").verdict == INCONCLUSIVE  # the plain arm: as accurate as the baseline
+    missing = judge(elsewhere, section, "mix")
+    assert missing.verdict == NOT_TESTABLE
+    assert missing.reason == (
+        "no arm of mix at the claim's settings (alpha=2.0); the study ran `mix`: alpha=0.2; `mix@claimed`: alpha=1.0"
+    )
+    table = claim_table([at_claim], [section], "mix")
+    assert "| better at alpha 1 (at alpha=1) | paper | accuracy | **consistent with the claim**" in table
+    with pytest.raises(ValueError, match=r"claims\[0\].settings must map hyperparameters to values"):
+        claims({"claim": "c", "source": "s", "expects": "accuracy", "settings": [1.0]})

@@ -157,3 +157,33 @@ def test_a_recipe_file_error_names_the_file(tmp_path: Path) -> None:
 
 def test_tiny_recipe_is_valid(tiny_recipe: Any) -> None:
     assert tiny_recipe().batch_size == 4
+
+
+def test_a_variant_is_a_method_at_other_hyperparameters_with_an_arm_of_its_own() -> None:
+    from cadence_harness.running.plan import expand
+    from cadence_harness.running.run import build_algorithms, params_of
+
+    values = {
+        **BASE,
+        "methods": {"mixup": {"alpha": 0.2, "interpolate_loss": True}, "MixUp@claimed": {"alpha": 1.0}},
+        "grid": {"arms": ["baseline", "each"]},
+    }
+    recipe = parse_recipe(values)
+    assert recipe.methods["mixup@claimed"] == {"alpha": 1.0, "interpolate_loss": True}  # from mixup's table
+    specs = expand(recipe)
+    assert [s.arm_name for s in specs] == ["baseline", "mixup", "mixup@claimed"]
+    plain, variant = specs[1], specs[2]
+    assert variant.run_name == "mixup@claimed-s0" and variant.config_hash != plain.config_hash
+    assert variant.group_hash != plain.group_hash and variant.family_hash == plain.family_hash
+    (algorithm,) = build_algorithms(variant)
+    assert type(algorithm).__name__ == "MixUp" and algorithm.alpha == 1.0
+    params = params_of(variant, [algorithm])
+    assert params["methods"] == "mixup@claimed" and params["method.mixup.alpha"] == 1.0  # the method's own keys
+    installed = parse_recipe({**values, "grid": {"arms": ["each"], "methods": "installed", "exclude": TEXT_ONLY}})
+    assert "mixup@claimed" in installed.grid_methods  # a variant of an installed method joins "each"
+    rejects(
+        r"`grid.combinations` = .* lists 'mixup' twice",
+        **{**values, "grid": {"combinations": [["mixup", "mixup@claimed"]]}},
+    )
+    rejects(r"`methods.mixup@no.dots` .* a variant is named method@label", methods={"mixup@no.dots": {}})
+    rejects(r"`methods.nope@x`: no installed method named 'nope'", methods={"nope@x": {}})

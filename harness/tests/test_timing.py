@@ -108,9 +108,9 @@ class BusyOtherThread(Callback):
     def batch_start(self, state: Any, logger: Any) -> None:
         import threading
 
-        def spin() -> None:
-            end = time.perf_counter() + 0.05
-            while time.perf_counter() < end:
+        def spin() -> None:  # 0.05 s of this thread's CPU time, however busy the machine is
+            end = time.thread_time() + 0.05
+            while time.thread_time() < end:
                 pass
 
         worker = threading.Thread(target=spin)
@@ -131,7 +131,7 @@ def test_the_training_threads_cpu_time_excludes_other_threads_work() -> None:
     trainer.fit()
     trainer.close()
     summary = timer.summary(torch.device("cpu"))
-    assert summary["final/cpu_s"] >= 0.15  # the process: four 0.05 s spins of the other thread
+    assert summary["final/cpu_s"] >= 0.19  # the process: four 0.05 s spins of the other thread
     assert summary["final/main_thread_cpu_s"] < summary["final/cpu_s"] - 0.1  # the training thread only waited
 
 

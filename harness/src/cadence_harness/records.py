@@ -38,6 +38,7 @@ __all__ = [
     "RecordError",
     "RunRecord",
     "append_records",
+    "arm_methods",
     "budget_value",
     "default_records_dir",
     "latest_per_config",
@@ -222,6 +223,12 @@ def append_records(path: str | Path, records: Iterable[RunRecord]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as handle:
             handle.write("".join(lines))
+
+
+def arm_methods(arm: str) -> list[str]:
+    """The methods of an arm's name, each without its variant label: ``"mixup@claimed+cutout"`` -> ``["mixup",
+    "cutout"]`` (a variant, ``method@label``, is the method at other hyperparameters; see the harness README)."""
+    return [] if arm == "baseline" else [name.split("@", 1)[0] for name in arm.split("+")]
 
 
 def budget_value(duration: str) -> float:

@@ -38,6 +38,7 @@ from cadence_harness.reading.study import StudyError
 from cadence_harness.reading.summaries import ArmSummary, Section
 from cadence_harness.reading.tables import describe, format_table, peak_note, tradeoff_markdown
 from cadence_harness.reading.tradeoff import pareto_points, verdict
+from cadence_harness.records import arm_methods
 
 __all__ = ["MARK_END", "MARK_START", "eligible_sections", "replace_results", "write_cards", "write_index"]
 
@@ -121,7 +122,7 @@ def _only(section: Section, method: str) -> Section:
     """The section cut to the baseline and the arms that use `method`. The baseline's cyclic curve stays out
     unless the method's own arms are cyclic: in a sweep study it checks the sweep (the INDEX shows it)."""
     rows = [s for s in section.summaries if s.arm != "baseline" and method in s.methods]
-    curves = [c for c in section.curves if c.arm != "baseline" and method in c.arm.split("+")]
+    curves = [c for c in section.curves if c.arm != "baseline" and method in arm_methods(c.arm)]
     cyclic = {c.cyclic for c in curves} | {s.cyclic for s in rows}
     rows = [s for s in section.summaries if s.arm == "baseline" and s.cyclic in cyclic | {False}] + rows
     curves = [c for c in section.curves if c.arm == "baseline" and c.cyclic in cyclic | {False}] + curves

@@ -8,6 +8,7 @@ conditions it was made under:
         source: "Zhang, ICML 2019; Composer's card"
         expects: accuracy     # more accurate than the baseline at the same budget
         conditions: {min_steps: 10000}   # what a study needs to test it (below)
+        settings: {alpha: 1.0}           # the hyperparameters it was made with (`claim_arms`)
       - claim: "1.5x faster time-to-train"
         source: "..."
         expects: speedup      # reaches the baseline's accuracy for less cost (matched accuracy)
@@ -34,8 +35,8 @@ Each verdict is one of four:
 A FLOPs cost claim that holds by the method's construction (`by_construction`) gets no verdict: it
 is labelled *by construction*, with the measured ratio.
 
-What is tested, on the method's own arm (`cadence_harness.reading.stats`: paired Student-t, n beside
-every interval):
+What is tested, on the method's own arm at the claim's `settings` (`cadence_harness.reading.claim_arms`;
+`cadence_harness.reading.stats`: paired Student-t, n beside every interval):
 
 * ``accuracy``: the paired Δ accuracy against the baseline at the longest budget the arm has;
 * ``speedup``: the speedup at matched accuracy at each budget (`cadence_harness.reading.tradeoff`;
@@ -60,11 +61,11 @@ from typing import Any
 
 import numpy as np
 
+from cadence_harness.reading.claim_arms import claim_arm, settings_text
 from cadence_harness.reading.conditions import CONDITIONS, parse_conditions, study_conditions, unmet
 from cadence_harness.reading.stats import holm, paired_t_difference, paired_t_ratio, t_p_values
 from cadence_harness.reading.summaries import ArmSummary, Section
 from cadence_harness.reading.tradeoff import COSTS
-from cadence_harness.records import budget_value
 
 __all__ = [
     "BY_CONSTRUCTION",
@@ -89,7 +90,7 @@ INCONCLUSIVE, NOT_TESTABLE = "inconclusive", "not testable here"
 VERDICTS = (CONSISTENT, CONTRADICTS, INCONCLUSIVE, NOT_TESTABLE)
 BY_CONSTRUCTION = "by construction"  # a label, not a verdict
 ALPHA = 0.05
-_KEYS = {"claim", "source", "expects", "unit", "not_here", "size", "conditions", "by_construction"}
+_KEYS = {"claim", "source", "expects", "unit", "not_here", "size", "conditions", "by_construction", "settings"}
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ class Claim:
     size: float = 1.0  # the factor a speedup or cost claim states (1: any speed-up)
     conditions: tuple[tuple[str, Any], ...] = ()  # (key, value) from `CONDITIONS`
     by_construction: str = ""  # why a FLOPs cost claim holds by design, else ""
+    settings: tuple[tuple[str, Any], ...] = ()  # the method's hyperparameters the claim was made with
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,9 @@ def parse_claims(front: Mapping[str, Any], where: str) -> list[Claim]:
             )
         conditions = parse_conditions(entry.get("conditions"), f"{where}: claims[{index}]")
         not_here = entry.get("not_here", "")
+        settings = entry.get("settings") or {}
+        if not isinstance(settings, Mapping):
+            raise ValueError(f"{where}: claims[{index}].settings must map hyperparameters to values, e.g. {{alpha: 1}}")
         parsed.append(
             Claim(
                 str(entry["claim"]),
@@ -152,6 +157,7 @@ def parse_claims(front: Mapping[str, Any], where: str) -> list[Claim]:
                 float(size),
                 conditions,
                 construction,
+                tuple(settings.items()),
             )
         )
     return parsed
@@ -179,12 +185,6 @@ class _Evidence:
     every: bool = False  # cost claims: every budget must agree; speedup claims: some budget, none against
     text: str = ""
     early: Judgement | None = None  # a verdict that needs no test
-
-
-def _own(section: Section, method: str) -> list[ArmSummary]:
-    """The method's own arm (alone, no combination), budget by budget, shortest first."""
-    rows = [s for s in section.summaries if s.methods == [method] and not s.cyclic]
-    return sorted(rows, key=lambda s: budget_value(s.budget) if s.budget else 0.0)
 
 
 def _paired(section: Section, row: ArmSummary, key: str) -> tuple[list[float], list[float]]:
@@ -215,9 +215,10 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
     unmet_here = unmet(claim.conditions, study)
     if unmet_here:
         return _Evidence(early=Judgement(NOT_TESTABLE, "; ".join(unmet_here)))
-    rows = _own(section, method)
+    rows, why_not = claim_arm(section, method, claim.settings)
     if not rows:
-        return _Evidence(early=Judgement(NOT_TESTABLE, f"`{section.name}` has no arm with {method} alone"))
+        return _Evidence(early=Judgement(NOT_TESTABLE, why_not))
+    on = f"on `{rows[0].arm}` ({settings_text(claim.settings)}): " if claim.settings else ""
     floor = section.noise_floor
     timed = claim.unit != "flops" and claim.expects != "accuracy"
     if claim.expects == "accuracy":
@@ -226,7 +227,7 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
         delta = paired_t_difference(arm, base) if arm else None
         if delta is None or delta.low is None:
             return _Evidence(early=Judgement(INCONCLUSIVE, f"no paired interval at {last.budget_label} (n={last.n})"))
-        text = f"Δ accuracy at {last.budget_label} {delta.format(scale=100)} pp (n={delta.n})"
+        text = f"{on}Δ accuracy at {last.budget_label} {delta.format(scale=100)} pp (n={delta.n})"
         differences = [a - b for a, b in zip(arm, base)]
         p_up, p_down = t_p_values(differences, differences)
         return _Evidence([_Test(text, p_up, p_down)], text=text)
@@ -241,7 +242,7 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
             ratio = paired_t_ratio(base, arm)
             parts.append(f"{row.budget_label} {ratio.format(suffix='x')} (n={ratio.n})")
             tests.append(_log_test(parts[-1], list(np.log(np.asarray(base) / np.asarray(arm))), claim.size))
-        text = f"{COSTS[claim.unit]} ratio " + ", ".join(parts)
+        text = f"{on}{COSTS[claim.unit]} ratio " + ", ".join(parts)
         if claim.by_construction:
             return _Evidence(early=Judgement(BY_CONSTRUCTION, f"{claim.by_construction}; measured {text}"))
         if timed and floor is not None and claim.size < floor.factor:
@@ -249,7 +250,7 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
         if not tests:
             return _Evidence(early=Judgement(INCONCLUSIVE, text + ": no budget has two paired seeds"))
         return _Evidence(tests, every=True, text=text)
-    curve = section.sweep_curve(method)
+    curve = section.sweep_curve(rows[0].arm)
     speedups = [s for s in (section.speedups_of(curve, claim.unit) if curve else []) if s.verdict != "unknown"]
     if not speedups:
         return _Evidence(
@@ -257,7 +258,7 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
                 INCONCLUSIVE, f"no judged speedup at matched accuracy in {COSTS[claim.unit]} (needs 2 seeds)"
             )
         )
-    text = f"speedup at matched accuracy ({COSTS[claim.unit]}): " + "; ".join(
+    text = f"{on}speedup at matched accuracy ({COSTS[claim.unit]}): " + "; ".join(
         f"{s.budget} {s.format()}" for s in speedups
     )
     if timed and floor is not None and claim.size < floor.factor:
@@ -352,7 +353,7 @@ def claim_table(
     verdicts of the study's whole family; without it the card's claims are their own family."""
     if not claims:
         return ""
-    sections = [s for s in sections if _own(s, method)]
+    sections = [s for s in sections if any(r.methods == [method] and not r.cyclic for r in s.summaries)]
     head = (
         ["claim", "source", "expects", *(f"`{s.name}`" for s in sections)]
         if sections
@@ -378,5 +379,6 @@ def claim_table(
             cells.append(f"**{judgement.verdict}**: {judgement.reason}")
         if not sections:
             cells.append(f"**{NOT_TESTABLE}**: {claim.not_here or 'no study measured the method alone'}")
-        lines.append("| " + " | ".join([claim.claim, claim.source, expects, *cells]) + " |")
+        text = claim.claim + (f" (at {settings_text(claim.settings)})" if claim.settings else "")
+        lines.append("| " + " | ".join([text, claim.source, expects, *cells]) + " |")
     return "\n".join(lines) + "\n"

@@ -38,7 +38,7 @@ from cadence_harness.reading.stats import (
     t_interval,
 )
 from cadence_harness.reading.tradeoff import COSTS, Curve, Speedup, curves_from_records, floor_of, matched_speedups
-from cadence_harness.records import RunRecord, budget_value, latest_per_config
+from cadence_harness.records import RunRecord, arm_methods, budget_value, latest_per_config
 
 __all__ = ["SETTINGS", "ArmSummary", "NoiseFloor", "Section", "identity_arms", "sections_of", "summarize"]
 
@@ -85,7 +85,7 @@ class ArmSummary:
 
     @property
     def methods(self) -> list[str]:
-        return [] if self.arm == "baseline" else self.arm.split("+")
+        return arm_methods(self.arm)  # a variant's method by its name: mixup@claimed is mixup
 
     @property
     def budget_label(self) -> str:

@@ -32,14 +32,22 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from cadence import Algorithm
-from cadence.registry import MethodInfo, canonical_name, registry
+from cadence.registry import registry
 from cadence.time import TimeUnit
+from cadence_harness.running.method_table import (
+    base_method,
+    build_algorithm,
+    excluded_methods,
+    method_names,
+    method_table,
+    spelling,
+)
 from cadence_harness.running.optimizer import check_harness_keys
 from cadence_harness.running.recipe_checks import (
     OPTIMIZERS,
@@ -50,7 +58,6 @@ from cadence_harness.running.recipe_checks import (
     check_choice,
     check_dataset,
     check_decays,
-    check_kwargs,
     check_optimizer,
     check_schedule,
     check_time,
@@ -160,75 +167,16 @@ class Recipe:
 _FIELDS = {f.name: f for f in fields(Recipe) if f.init}
 
 
-def _method_info(name: Any) -> MethodInfo:
-    """The registry entry of method `name` (any spelling: ``mixup``, ``MixUp``, ``mix-up``); errors suggest."""
-    if not isinstance(name, str):
-        raise fail("methods", name, "method names are strings, e.g. 'mixup'")
-    try:
-        return registry().method(name)
-    except KeyError as error:
-        message = f"`methods.{name}`: {error.args[0]}"
-        if "did you mean" not in message:  # no close match: it may just not be installed
-            message += f"; a method package installs with `pip install -e packages/methods/{canonical_name(name)}`"
-        raise RecipeError(message) from None
-
-
-def _registered(name: Any) -> Any:
-    """The registry's name of a method, or a normalised spelling when it is not installed."""
-    try:
-        return registry().method(name).name
-    except (KeyError, TypeError, AttributeError):
-        return canonical_name(name) if isinstance(name, str) else name
-
-
-def method_names(names: Iterable[str], key: str = "methods") -> tuple[str, ...]:
-    """Each name as the registry spells it (``MixUp`` -> ``mixup``), so one method is one arm, one hash."""
-    resolved: dict[str, str] = {}
-    for name in names:
-        registered = _method_info(name).name
-        if registered in resolved:
-            raise fail(key, list(names), f"lists {registered!r} twice (as {resolved[registered]!r} and {name!r})")
-        resolved[registered] = name
-    return tuple(resolved)
-
-
-def build_algorithm(name: str, kwargs: Mapping[str, Any]) -> Algorithm:
-    """Construct the installed method `name` with `kwargs`; errors name `methods.<name>`."""
-    info = _method_info(name)
-    check_kwargs(f"methods.{name}", kwargs, info.algorithm)
-    try:
-        return info.algorithm(**kwargs)
-    except (TypeError, ValueError) as error:
-        raise RecipeError(f"`methods.{name}` = {dict(kwargs)!r}: bad hyperparameters: {error}") from None
-
-
-def _method_table(table: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The ``[methods.<name>]`` tables keyed by registry name; two spellings of one method merge, later keys win."""
-    methods: dict[str, dict[str, Any]] = {}
-    for name, kwargs in table.items():
-        if not isinstance(kwargs, Mapping):
-            raise fail(f"methods.{name}", kwargs, "must be a table of hyperparameters, e.g. {alpha = 0.2}")
-        methods.setdefault(_method_info(name).name, {}).update(kwargs)
-    return methods
-
-
-def _excluded(names: Any) -> set[str]:
-    """``grid.exclude`` as registry names; names of methods not installed here are fine (nothing to exclude)."""
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise fail("grid.exclude", names, "must be a list of method names")
-    return {_registered(name) for name in names}
-
-
-def _resolve_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
+def _resolve_grid(grid: Mapping[str, Any], variants: Sequence[str] = ()) -> dict[str, Any]:
     """Check the grid; method names become registry names, ``methods = "installed"`` every installed one not in
-    ``exclude``."""
+    ``exclude`` and the recipe's `variants` of those."""
     known = ["arms", "methods", "combinations", "exclude"]
     for key in grid:
         if key not in known:
             raise unknown_key(f"grid.{key}", known, "grid")
     resolved = dict(grid)
     given_exclude = resolved.pop("exclude", [])
-    exclude = _excluded(given_exclude)
+    exclude = excluded_methods(given_exclude)
     arms = resolved.get("arms", [])
     if not isinstance(arms, list):
         raise fail("grid.arms", arms, f"must be a list of {', '.join(ARMS)}")
@@ -236,7 +184,8 @@ def _resolve_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
         check_choice("grid.arms", arm, ARMS)
     names = resolved.get("methods")
     if names == "installed":
-        resolved["methods"] = [name for name in sorted(registry().methods) if name not in exclude]
+        installed = [name for name in sorted(registry().methods) if name not in exclude]
+        resolved["methods"] = installed + [name for name in variants if base_method(name) in installed]
     elif exclude:
         raise fail("grid.exclude", given_exclude, 'only applies with methods = "installed"')
     elif names is not None:
@@ -268,7 +217,7 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
         check_dataset(values["data"])
     except ValueError as error:
         raise RecipeError(str(error)) from None
-    methods = _method_table(values.get("methods", {}))
+    methods = method_table(values.get("methods", {}))
     optimizer = {"name": "sgd", "lr": 0.1, **dict(values.get("optimizer", {}))}
     check_optimizer(optimizer)
     check_harness_keys(optimizer)
@@ -276,7 +225,7 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
     check_schedule(schedule)
     if durations:
         check_decays(schedule)
-    grid = _resolve_grid(values.get("grid", DEFAULT_GRID))
+    grid = _resolve_grid(values.get("grid", DEFAULT_GRID), [name for name in methods if "@" in name])
     used = [*methods, *grid.get("methods", []), *(name for combo in grid.get("combinations", []) for name in combo)]
     algorithms = {name: build_algorithm(name, methods.get(name, {})) for name in dict.fromkeys(used)}  # once each
     tables = ("methods", "optimizer", "schedule", "grid", "seeds", "durations")
@@ -392,9 +341,9 @@ def load_recipe(
         if "methods" in grid:
             values["grid"].pop("exclude", None)
             if "combinations" not in grid:  # the recipe's combinations of methods outside them do not run
-                chosen = {_registered(m) for m in grid["methods"]}
+                chosen = {spelling(m) for m in grid["methods"]}
                 combos = values["grid"].get("combinations", [])
-                values["grid"]["combinations"] = [c for c in combos if {_registered(m) for m in c} <= chosen]
+                values["grid"]["combinations"] = [c for c in combos if {spelling(m) for m in c} <= chosen]
     for method in methods:
         values["methods"].setdefault(method, {})
     return parse_recipe(values, source=source or origin)

@@ -28,6 +28,7 @@ from cadence_harness.running import data as datasets
 from cadence_harness.running import loaders, resident, text_loaders
 from cadence_harness.running.budgets import CycleEnds, build_schedulers, cycles_of
 from cadence_harness.running.flops import FlopCounter
+from cadence_harness.running.method_table import base_method
 from cadence_harness.running.models import build_image_model, build_text_model
 from cadence_harness.running.optimizer import build_optimizer, optimizer_procedures
 from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
@@ -158,6 +159,7 @@ def params_of(spec: RunSpec, algorithms: list[Algorithm]) -> dict[str, Any]:
     params.update({f"optimizer.{k}": v for k, v in spec.optimizer_settings().items()})  # as the arm builds it
     params["methods"] = spec.arm_name
     for (name, kwargs), algorithm in zip(spec.method_kwargs(), algorithms, strict=True):
+        name = base_method(name)  # a variant's settings under its method's name: what a claim's settings match
         params[f"method.{name}"] = repr(algorithm)
         params.update({f"method.{name}.{k}": v for k, v in kwargs.items()})
     params["recipe"] = spec.recipe.name

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cadence_harness.records import TAG
+from cadence_harness.running.method_table import base_method
 from cadence_harness.running.recipe import Recipe
 
 __all__ = ["RunSpec", "arm_name", "config_hash"]
@@ -64,7 +65,7 @@ class RunSpec:
         methods takes the decay over (`DECAY_OWNERS`), so that the arm swaps coupled decay for decoupled
         decay instead of decaying twice (DecoupledWeightDecay refuses an optimizer that decays)."""
         settings = dict(self.recipe.optimizer)
-        if DECAY_OWNERS.intersection(self.arm) and settings.get("weight_decay"):
+        if DECAY_OWNERS.intersection(base_method(name) for name in self.arm) and settings.get("weight_decay"):
             settings["weight_decay"] = 0.0
         return settings
 
