@@ -63,3 +63,12 @@ def test_the_whole_result_dict_is_kept_and_a_bad_key_refused() -> None:
     assert {"map", "map_50", "mar_100"} <= set(metric.results)
     with pytest.raises(ValueError, match="key='mAP'"):
         DetectionMAP(key="mAP")
+
+
+def test_every_public_name_resolves() -> None:
+    import cadence_detection
+
+    for name in cadence_detection.__all__:
+        assert getattr(cadence_detection, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'YOLOX'"):
+        _ = cadence_detection.YOLOX
