@@ -22,9 +22,9 @@ from cadence import Trainer
 from cadence.testing import assert_same_tensors
 
 
-def _trainer(model: DetectionModel, root: Path, duration: str = "2ba", **kwargs: Any) -> Trainer:
+def _trainer(model: DetectionModel, root: Path, duration: str = "2ba", evaluate: bool = True, **kwargs: Any) -> Trainer:
     train = DataLoader(ShapesDetection(root, "train"), batch_size=2, shuffle=True, collate_fn=collate_detection)
-    val = DataLoader(ShapesDetection(root, "val"), batch_size=4, collate_fn=collate_detection)
+    val = DataLoader(ShapesDetection(root, "val"), batch_size=4, collate_fn=collate_detection) if evaluate else None
     kwargs.setdefault("algorithms", model.training_procedures())
     return Trainer(
         model=model,
@@ -93,13 +93,18 @@ def test_resuming_from_a_checkpoint_is_bitwise_the_uninterrupted_run(shapes_root
         small_detector("retinanet", NUM_CLASSES, min_size=64),
         shapes_root,
         "4ba",
+        evaluate=False,
         save_folder=tmp_path,
         save_interval="2ba",
     )
     whole.fit()
     torch.manual_seed(1)  # another initialisation: the checkpoint must bring back every weight
     resumed = _trainer(
-        small_detector("retinanet", NUM_CLASSES, min_size=64), shapes_root, "4ba", load_path=tmp_path / "ep0-ba2.pt"
+        small_detector("retinanet", NUM_CLASSES, min_size=64),
+        shapes_root,
+        "4ba",
+        evaluate=False,
+        load_path=tmp_path / "ep0-ba2.pt",
     )
     resumed.fit()
     assert resumed.state.timestamp.batch.value == 4
