@@ -8,7 +8,7 @@ import pytest
 import torch
 from cadence_blurpool import BlurConv2d, BlurMaxPool2d, BlurPool
 
-from cadence import Classifier, Event, InMemoryLogger, Resource, Trainer
+from cadence import Classifier, Event, InMemoryLogger, Resource, State, Trainer
 from cadence.testing import image_dataset, sgd_trainer
 
 
@@ -26,6 +26,26 @@ def test_runs_on_init_only_and_declares_its_effects() -> None:
     assert repr(algorithm) == (
         "BlurPool(replace_convs=True, replace_maxpools=True, blur_first=True, min_channels=16, strict=False)"
     )
+
+
+class RecordedCalls:
+    """A logger that keeps each ``log_hyperparameters`` call apart (InMemoryLogger merges them)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def log_hyperparameters(self, params: dict) -> None:
+        self.calls.append(dict(params))
+
+
+def test_composers_keys_come_in_composers_one_call_then_the_report() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, stride=2), torch.nn.MaxPool2d(2))
+    logger = RecordedCalls()
+    BlurPool().apply(Event.INIT, State(model=model), logger)
+    assert logger.calls == [
+        {"blurpool/num_blurpool_layers": 1, "blurpool/num_blurconv_layers": 1},  # as Composer's log_hyperparameters
+        {"BlurPool/Conv2d to BlurConv2d": 1, "BlurPool/MaxPool2d to BlurMaxPool2d": 1},
+    ]
 
 
 def test_the_trainer_applies_it_and_logs_the_report() -> None:

@@ -9,8 +9,7 @@ import pytest
 import torch
 from cadence_factorize import Factorize, FactorizedConv2d, FactorizedLinear, apply_factorization
 
-from cadence import CheckpointMismatchError, Event, Resource, State, Trainer
-from cadence.loggers import InMemoryLogger
+from cadence import CheckpointMismatchError, Event, InMemoryLogger, Resource, State, Trainer
 from cadence.ops import NoEffectWarning
 from cadence.testing import image_dataset, sgd_trainer, tiny_image_classifier
 
@@ -81,6 +80,25 @@ def test_nothing_to_factorize_is_a_no_op_with_a_warning_and_no_composer_keys() -
         trainer = _trainer([Factorize(factorize_convs=False, factorize_linears=False, **TINY)], loggers=[logger])
     assert not any(isinstance(m, (FactorizedConv2d, FactorizedLinear)) for m in trainer.state.model.modules())
     assert not any(key.startswith("factorize/") for key in logger.hyperparameters)
+
+
+@pytest.mark.parametrize(("convs", "linears"), [(True, True), (True, False), (False, True)])
+def test_composer_keys_come_one_call_per_kind_as_in_composer(convs: bool, linears: bool) -> None:
+    class RecordedCalls:  # keeps each log_hyperparameters call apart (InMemoryLogger merges them)
+        def __init__(self) -> None:
+            self.calls: list[dict] = []
+
+        def log_hyperparameters(self, params: dict) -> None:
+            self.calls.append(dict(params))
+
+    logger, model = RecordedCalls(), tiny_image_classifier()
+    Factorize(factorize_convs=convs, factorize_linears=linears, **TINY).apply(Event.INIT, State(model=model), logger)
+    counts = {
+        "factorize/num_conv2d_replacements": sum(isinstance(m, FactorizedConv2d) for m in model.modules()),
+        "factorize/num_linear_replacements": sum(isinstance(m, FactorizedLinear) for m in model.modules()),
+    }
+    wanted = [{key: counts[key]} for key, on in zip(counts, (convs, linears)) if on]
+    assert logger.calls[: len(wanted)] == wanted and len(logger.calls) == len(wanted) + 1  # then the report
 
 
 def test_composer_keys_are_logged_for_each_kind_switched_on() -> None:

@@ -14,8 +14,7 @@ from cadence_stochastic_depth import StochasticDepth, apply_stochastic_depth, is
 from torch.utils.data import DataLoader, TensorDataset
 
 import cadence
-from cadence import Callback, Classifier, Event, Resource, State, Trainer
-from cadence.loggers import InMemoryLogger
+from cadence import Callback, Classifier, Event, InMemoryLogger, Resource, State, Trainer
 
 tv = pytest.importorskip("torchvision")
 HERE = Path(__file__).parent

@@ -8,8 +8,16 @@ import pytest
 import torch
 from cadence_weight_standardization import WeightStandardization, is_standardized
 
-from cadence import CheckpointMismatchError, Classifier, Event, NotApplicableError, Resource, State, Trainer
-from cadence.loggers import InMemoryLogger
+from cadence import (
+    CheckpointMismatchError,
+    Classifier,
+    Event,
+    InMemoryLogger,
+    NotApplicableError,
+    Resource,
+    State,
+    Trainer,
+)
 from cadence.testing import image_dataset, mlp_classifier, sgd_trainer, tiny_image_classifier
 
 

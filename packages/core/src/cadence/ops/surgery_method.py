@@ -49,17 +49,18 @@ class SurgeryMethod(Method):
     def surgery(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> SurgeryReport:
         """Change `model` in place (rebinding `optimizers`) and report what changed."""
 
-    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
-        """The keys Composer's version of this method logs after its surgery, with their values
-        (``{"blurpool/num_blurconv_layers": 8, ...}``, counted in `model`); {} where Composer logs none."""
-        return {}
+    def composer_hyperparameters(self, model: nn.Module) -> list[dict[str, int]]:
+        """What Composer's version of this method logs after its surgery, one dict per
+        ``log_hyperparameters`` call it makes (``[{"blurpool/num_blurconv_layers": 8, ...}]``, counted in
+        `model`); [] where Composer logs none."""
+        return []
 
     def apply(self, event: Event, state: State, logger: Any) -> None:
         self.report = self.surgery(state.model, state.optimizers)
-        hyperparameters = {**(self.report.hyperparameters() if self.report else {})}
-        hyperparameters.update(self.composer_hyperparameters(unwrap_model(state.model)))
-        if hyperparameters:
-            logger.log_hyperparameters(hyperparameters)
+        for logged in self.composer_hyperparameters(unwrap_model(state.model)):
+            logger.log_hyperparameters(logged)  # Composer's calls first, as Composer makes them
+        if self.report:
+            logger.log_hyperparameters(self.report.hyperparameters())  # then cadence's report, in its own call
 
     def effects(self) -> Effects:
         return Effects(writes={Resource.MODEL, Resource.OPTIMIZER})

@@ -44,8 +44,10 @@ class BlurPool(SurgeryMethod):
             strict=self.strict,
         )
 
-    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
-        return {
-            "blurpool/num_blurpool_layers": count_module_instances(model, BlurMaxPool2d),
-            "blurpool/num_blurconv_layers": count_module_instances(model, BlurConv2d),
-        }
+    def composer_hyperparameters(self, model: nn.Module) -> list[dict[str, int]]:
+        return [
+            {
+                "blurpool/num_blurpool_layers": count_module_instances(model, BlurMaxPool2d),
+                "blurpool/num_blurconv_layers": count_module_instances(model, BlurConv2d),
+            }
+        ]

@@ -47,13 +47,13 @@ class Factorize(SurgeryMethod):
             self.min_features, self.latent_features, optimizers, strict=self.strict,
         )  # fmt: skip
 
-    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
-        counts = {}  # Composer logs each kind only when it is switched on
+    def composer_hyperparameters(self, model: nn.Module) -> list[dict[str, int]]:
+        logged = []  # Composer logs each kind in its own call, and only when it is switched on
         if self.factorize_convs:
-            counts["factorize/num_conv2d_replacements"] = count_module_instances(model, FactorizedConv2d)
+            logged.append({"factorize/num_conv2d_replacements": count_module_instances(model, FactorizedConv2d)})
         if self.factorize_linears:
-            counts["factorize/num_linear_replacements"] = count_module_instances(model, FactorizedLinear)
-        return counts
+            logged.append({"factorize/num_linear_replacements": count_module_instances(model, FactorizedLinear)})
+        return logged
 
     def effects(self) -> Effects:
         # new layers whose weights approximate the old ones; their parameters replace the old in the optimizer

@@ -31,9 +31,9 @@ class GhostBatchNorm(SurgeryMethod):
     def surgery(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> SurgeryReport:
         return apply_ghost_batchnorm(model, self.ghost_batch_size, optimizers, strict=self.strict)
 
-    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
+    def composer_hyperparameters(self, model: nn.Module) -> list[dict[str, int]]:
         ghosts = (GhostBatchNorm1d, GhostBatchNorm2d, GhostBatchNorm3d)
-        return {"GhostBatchNorm/num_new_modules": count_module_instances(model, ghosts)}
+        return [{"GhostBatchNorm/num_new_modules": count_module_instances(model, ghosts)}]
 
     def check_applicable(self, model: Any, batch: Any) -> None:
         items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [batch]

@@ -27,5 +27,5 @@ class SqueezeExcite(SurgeryMethod):
     def surgery(self, model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> SurgeryReport:
         return apply_squeeze_excite(model, self.latent_channels, self.min_channels, optimizers, strict=self.strict)
 
-    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
-        return {"squeeze_excite/num_squeeze_excite_layers": count_module_instances(model, SqueezeExciteConv2d)}
+    def composer_hyperparameters(self, model: nn.Module) -> list[dict[str, int]]:
+        return [{"squeeze_excite/num_squeeze_excite_layers": count_module_instances(model, SqueezeExciteConv2d)}]

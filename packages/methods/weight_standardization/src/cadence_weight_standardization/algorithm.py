@@ -36,8 +36,8 @@ class WeightStandardization(SurgeryMethod):
         del optimizers  # the parameters stay the same objects: nothing to rebind
         return standardize_conv_weights(model, self.n_last_layers_ignore, strict=self.strict)
 
-    def composer_hyperparameters(self, model: nn.Module) -> dict[str, int]:
-        return {"WeightStandardization/num_weights_standardized": self.report.count if self.report else 0}
+    def composer_hyperparameters(self, model: nn.Module) -> list[dict[str, int]]:
+        return [{"WeightStandardization/num_weights_standardized": self.report.count if self.report else 0}]
 
     def effects(self) -> Effects:
         return Effects(writes={Resource.MODEL})  # the optimizer keeps its parameters and their state
