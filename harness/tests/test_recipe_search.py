@@ -80,7 +80,15 @@ def test_greedy_selection_grows_the_best_single_method_while_a_candidate_improve
     ]
     assert search.recipe == ("a", "b") and search.speedup is not None and search.speedup.value == pytest.approx(4.0)
     assert [r.chosen for r in search.rounds] == ["a+b", None] and search.rounds[1].tried == []
-    assert not search.to_run and "**a+b**, 4.00x [4.00, 4.00] n=3 in FLOPs: it qualifies" in search.markdown()
+    assert search.fresh is not None and search.fresh.n == 2  # judged without seed 0, which screened it
+    assert (
+        not search.to_run
+        and (
+            "**a+b**, judged on the seeds that did not screen it: 4.00x [4.00, 4.00] n=2 (every seed, the screening seed 0 "
+            "included: 4.00x [4.00, 4.00] n=3) in FLOPs: it qualifies"
+        )
+        in search.markdown()
+    )
 
 
 def test_the_search_stops_when_no_candidate_improves() -> None:
@@ -245,3 +253,19 @@ def test_a_curve_above_the_target_from_its_shortest_budget_gives_a_lower_bound_t
     assert above is not None and above.value is None and above.at_least == pytest.approx(4.0)
     assert above.estimate == pytest.approx(4.0) and above.low == pytest.approx(4.0) and above.qualifies()
     assert above.format() == ">= 4.00x (above 70.0% already at its shortest budget) [4.00, unbounded] n=3"
+
+
+def test_a_method_that_saves_cost_per_step_but_ends_below_the_target_is_given_a_cost_matched_budget() -> None:
+    """`half` costs half the baseline's FLOPs per step and ends at 0.65 < 0.70: at 4ep it spent 2, the baseline
+    needs 4 to reach its best, so it needs a run at 8ep (twice its longest). `same` costs the same per step and
+    also ends below: a longer run would cost more than the baseline's, so nothing is asked of it."""
+    section = _section(
+        _curve("half", [0.45, 0.55, 0.65], costs=[0.5, 1.0, 2.0]),
+        _curve("same", [0.45, 0.55, 0.65]),
+    )
+    search = greedy_search(section, "flops")
+    assert search.longer == {"half": "8ep"}
+    text = search.markdown()
+    assert "Cost-matched runs needed" in text and "(half at 8ep)" in text
+    assert "`cadence-bench grid study --arms each --methods half --seeds 3 " in text
+    assert """--set 'durations=["1ep", "2ep", "4ep", "8ep"]'""" in text

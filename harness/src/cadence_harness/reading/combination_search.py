@@ -36,6 +36,7 @@ gives only a bound, and such a candidate is never chosen.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ import numpy as np
 from cadence_harness.reading.stats import paired_log_interval
 from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.tradeoff import COSTS, Curve, cost_to_reach, paired_by_seed
+from cadence_harness.records import budget_value
 
 __all__ = [
     "QUALIFYING_SPEEDUP",
@@ -60,6 +62,7 @@ __all__ = [
 ]
 
 QUALIFYING_SPEEDUP = 1.5
+SCREEN_SEED = 0  # candidates are screened on it; a recipe chosen after a screen is judged without it
 SEARCH_UNITS = ("flops", "train_s")  # a recipe is searched for in FLOPs and in training time
 
 
@@ -117,9 +120,20 @@ def _ratio(base_cost: np.ndarray, base_acc: np.ndarray, cost: np.ndarray, acc: n
     return math.log(needed / float(np.min(cost))), math.inf  # less than its shortest
 
 
-def speedup_at_baseline_best(arm: Curve, base: Curve, unit: str, confidence: float = 0.95) -> TargetSpeedup | None:
+def _without_seed(curve: Curve, seed: int) -> Curve:
+    keep = [i for i, s in enumerate(curve.seeds) if s != seed]
+    costs = {unit: values[keep] for unit, values in curve.costs.items()}
+    return dataclasses.replace(curve, seeds=[curve.seeds[i] for i in keep], accuracy=curve.accuracy[keep], costs=costs)
+
+
+def speedup_at_baseline_best(
+    arm: Curve, base: Curve, unit: str, confidence: float = 0.95, skip_seed: int | None = None
+) -> TargetSpeedup | None:
     """`arm`'s speedup at the baseline's best mean accuracy in `unit`, with a paired t-interval over seeds (each
-    seed pair read at its baseline seed's best accuracy)."""
+    seed pair read at its baseline seed's best accuracy); `skip_seed` leaves one seed out of the arm's runs (the
+    one that screened it: reused, it would favour the candidate that led by luck)."""
+    if skip_seed is not None:
+        arm = _without_seed(arm, skip_seed)
     paired = paired_by_seed(arm, base, unit)
     if paired is None:
         return None
@@ -155,6 +169,9 @@ class Search:
     recipe: tuple[str, ...] = ()
     speedup: TargetSpeedup | None = None
     to_run: list[str] = field(default_factory=list)  # combinations the next round needs
+    fresh: TargetSpeedup | None = None  # a screened recipe's speedup without the screening seed (`SCREEN_SEED`)
+    longer: dict[str, str] = field(default_factory=dict)  # method -> the cost-matched budget it needs (`_stretch`)
+    budgets: list[str] = field(default_factory=list)  # the baseline's
     seeds: int = 1  # the baseline's: a candidate joins the recipe only once it has run all of them
     confirming: bool = False  # `to_run` is a leader to run on every seed, not candidates to screen
     screen: str = "sweep"  # how candidates are screened: "cyclic" where the baseline has a cyclic curve
@@ -199,11 +216,20 @@ class Search:
             what += ", one cyclic run each" if self.curve == "cyclic" else ""
             lines += ["", f"The search continues once these run {what}: `{self.command()}`."]
             lines[-1] += f" `cadence-bench grid {self.study} --search` runs this round and the ones after it."
+        if self.longer:
+            lines += ["", self._longer_markdown()]
         if self.speedup is not None:
-            verdict = "qualifies" if self.speedup.qualifies() else "does not qualify"
+            judged = self.fresh or self.speedup
+            verdict = "qualifies" if judged.qualifies() else "does not qualify"
+            fresh = (
+                f", judged on the seeds that did not screen it: {self.fresh.format()} (every seed, the screening "
+                f"seed {SCREEN_SEED} included: {self.speedup.format()})"
+                if self.fresh is not None
+                else f", {self.speedup.format()}"
+            )
             lines += [
                 "",
-                f"Best recipe so far: **{'+'.join(self.recipe)}**, {self.speedup.format()} in {unit}: it {verdict} "
+                f"Best recipe so far: **{'+'.join(self.recipe)}**{fresh} in {unit}: it {verdict} "
                 f"(>= {QUALIFYING_SPEEDUP}x with the interval above 1).",
             ]
         else:
@@ -211,6 +237,42 @@ class Search:
         if self.speedup is not None and self.speedup.estimate is None:
             lines[-1] += " Its curve does not reach the baseline's best accuracy: only a bound is known."
         return "\n".join(lines)
+
+    def _longer_markdown(self) -> str:
+        """The cost-matched runs the methods that save cost per step need before they can be judged."""
+        runs = ", ".join(f"{method} at {budget}" for method, budget in self.longer.items())
+        commands = []
+        for budget in dict.fromkeys(self.longer.values()):
+            methods = ",".join(m for m, b in self.longer.items() if b == budget)
+            durations = ", ".join(f'"{b}"' for b in [*self.budgets, budget])
+            commands.append(
+                f"`cadence-bench grid {self.study} --arms each --methods {methods} --seeds {self.seeds} "
+                f"--set 'durations=[{durations}]' --data-dir ../shared/data`"
+            )
+        return (
+            "Cost-matched runs needed: these methods save cost per step, and their curves end below the baseline's "
+            "best accuracy while their longest run costs less than the baseline needs to reach it, so the study's "
+            "budgets never gave them the baseline's cost. Each needs a run at the budget that spends about what the "
+            f"baseline spends to reach its best accuracy ({runs}), on every seed, before its speedup can be read: "
+            + "; ".join(commands)
+            + " (the runs already recorded are skipped; only the longer budget runs)."
+        )
+
+
+def _saves_flops(arm: Curve, base: Curve, margin: float = 0.95) -> bool:
+    """Whether `arm` costs at most `margin` of the baseline's FLOPs at its longest budget (a saving per step,
+    which FLOPs show exactly; time would mistake the noise of one run for one)."""
+    budget = arm.budgets[-1]
+    if budget not in base.budgets or "flops" not in arm.costs or "flops" not in base.costs:
+        return False
+    spent = float(arm.costs["flops"][:, -1].mean())
+    return spent <= margin * float(base.costs["flops"][:, base.budgets.index(budget)].mean())
+
+
+def _stretch(budget: str, factor: float) -> str:
+    """`budget` times `factor`, rounded up to a whole number of its unit (``"16ep"``, 1.9 -> ``"31ep"``)."""
+    unit = budget.lstrip("0123456789.")
+    return f"{math.ceil(budget_value(budget) * factor - 1e-9)}{unit}"
 
 
 def grid_command(study: str, combinations: Sequence[str], seeds: int, curve: str = "sweep") -> str:
@@ -266,7 +328,7 @@ def greedy_search(
     base = section.sweep_curve("baseline")
     if base is None:
         return search
-    search.seeds = base.n
+    search.seeds, search.budgets = base.n, list(base.budgets)
     curves = _by_methods(section.curves)
     cyclic_base = section.cyclic_curve("baseline")
     screens = _by_methods(section.curves, cyclic=True) if cyclic_base is not None else {}
@@ -279,6 +341,8 @@ def greedy_search(
         worse = [s.budget for s in section.speedups_of(curve, unit) if s.verdict == "worse"]
         why = f"no: worse than the baseline at {', '.join(worse)}" if worse else ""
         search.singles.append((curve.arm, speedup, why))
+        if _saves_flops(curve, base) and speedup and speedup.estimate is None and (speedup.high or 0) > 1:
+            search.longer[curve.arm] = _stretch(curve.budgets[-1], speedup.high)  # it never got the baseline's cost
         if not worse:
             eligible.append((curve.arm, speedup))
     eligible.sort(key=lambda item: _rank(item[1]), reverse=True)
@@ -308,6 +372,7 @@ def greedy_search(
             return search
         round_.chosen = best[0]
         search.recipe, search.speedup = tuple(best[0].split("+")), best[1]
+        search.fresh = speedup_at_baseline_best(curves[frozenset(search.recipe)], base, unit, skip_seed=SCREEN_SEED)
 
 
 def section_searches(section: Section) -> list[Search]:
