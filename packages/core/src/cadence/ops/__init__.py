@@ -13,8 +13,9 @@ from cadence.ops.mixing import mix_with_permutation``):
   RandAugment/AugMix operation vocabulary, drawing and applying it per sample, PIL conversion,
   adding a transform to a dataset.
 * `surgery`: `replace_modules` (weights, device, dtype, memory format and optimizer state kept;
-  idempotent; a `SurgeryReport`; `NoEffectWarning` when nothing matched) and `no_effect`, which a
-  surgery of its own kind calls to say it changed nothing (a warning, an error with ``strict``).
+  idempotent; a `SurgeryReport`; `NoEffectWarning` when nothing matched), `no_effect`, which a
+  surgery of its own kind calls to say it changed nothing (a warning, an error with ``strict``),
+  and `count_module_instances` (Composer's name) for the counts Composer logs.
 
 The adapter side (``algorithm.py`` imports these from ``cadence.ops``):
 
