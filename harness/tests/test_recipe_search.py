@@ -269,3 +269,14 @@ def test_a_method_that_saves_cost_per_step_but_ends_below_the_target_is_given_a_
     assert "Cost-matched runs needed" in text and "(half at 8ep)" in text
     assert "`cadence-bench grid study --arms each --methods half --seeds 3 " in text
     assert """--set 'durations=["1ep", "2ep", "4ep", "8ep"]'""" in text
+
+
+def test_composers_mild_set_is_read_beside_the_search() -> None:
+    mild = "blurpool+ema+label_smoothing@mild+progressive_resizing"  # a variant keeps it Mild
+    with_mild = greedy_search(_section(_curve("a", [0.60, 0.70, 0.75]), _curve(mild, [0.60, 0.70, 0.75])), "flops")
+    assert with_mild.mild is not None and with_mild.mild[0] == mild
+    assert f"Composer's Mild set (`cadence_harness.reading.mild`), beside the search: `{mild}`, 2.00x" in (
+        with_mild.markdown()
+    )
+    other = greedy_search(_section(_curve("blurpool+ema", [0.60, 0.70, 0.75])), "flops")  # no progressive resizing
+    assert other.mild is None and "beside the search: not run here." in other.markdown()

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cadence_harness.reading.mild import mild_curve
 from cadence_harness.reading.stats import paired_log_interval
 from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.tradeoff import COSTS, Curve, cost_to_reach, paired_by_seed
@@ -169,6 +170,7 @@ class Search:
     recipe: tuple[str, ...] = ()
     speedup: TargetSpeedup | None = None
     to_run: list[str] = field(default_factory=list)  # combinations the next round needs
+    mild: tuple[str, TargetSpeedup | None] | None = None  # Composer's Mild arm and its speedup (`mild`)
     fresh: TargetSpeedup | None = None  # a screened recipe's speedup without the screening seed (`SCREEN_SEED`)
     longer: dict[str, str] = field(default_factory=dict)  # method -> the cost-matched budget it needs (`_stretch`)
     budgets: list[str] = field(default_factory=list)  # the baseline's
@@ -218,6 +220,8 @@ class Search:
             lines[-1] += f" `cadence-bench grid {self.study} --search` runs this round and the ones after it."
         if self.longer:
             lines += ["", self._longer_markdown()]
+        mild = f"`{self.mild[0]}`, {self.mild[1].format() if self.mild[1] else '—'}" if self.mild else "not run here"
+        lines += ["", f"Composer's Mild set (`cadence_harness.reading.mild`), beside the search: {mild}."]
         if self.speedup is not None:
             judged = self.fresh or self.speedup
             verdict = "qualifies" if judged.qualifies() else "does not qualify"
@@ -329,6 +333,8 @@ def greedy_search(
     if base is None:
         return search
     search.seeds, search.budgets = base.n, list(base.budgets)
+    mild = mild_curve(section.curves)
+    search.mild = (mild.arm, speedup_at_baseline_best(mild, base, unit)) if mild else None
     curves = _by_methods(section.curves)
     cyclic_base = section.cyclic_curve("baseline")
     screens = _by_methods(section.curves, cyclic=True) if cyclic_base is not None else {}

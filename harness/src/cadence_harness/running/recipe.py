@@ -185,7 +185,7 @@ def _resolve_grid(grid: Mapping[str, Any], variants: Sequence[str] = ()) -> dict
     names = resolved.get("methods")
     if names == "installed":
         installed = [name for name in sorted(registry().methods) if name not in exclude]
-        resolved["methods"] = installed + [name for name in variants if base_method(name) in installed]
+        resolved["methods"] = installed + [v for v in variants if base_method(v) in installed and v not in exclude]
     elif exclude:
         raise fail("grid.exclude", given_exclude, 'only applies with methods = "installed"')
     elif names is not None:
