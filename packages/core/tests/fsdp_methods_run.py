@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import HuggingFaceModel, Trainer
 from cadence.distributed import get_rank, get_world_size, initialize_from_environment
-from cadence.testing import mlp_classifier
+from cadence.testing import image_dataset, mlp_classifier, tiny_image_classifier
 
 
 def _clip(kind: str) -> Callable[[], list[Any]]:
@@ -42,6 +42,10 @@ def _one(module: str, name: str, **kwargs: Any) -> Callable[[], list[Any]]:
         return [getattr(importlib.import_module(module), name)(**kwargs)]
 
     return make
+
+
+def _none() -> list[Any]:
+    return []
 
 
 CASES: dict[str, tuple[str, Callable[[], list[Any]]]] = {
@@ -69,16 +73,47 @@ CASES: dict[str, tuple[str, Callable[[], list[Any]]]] = {
             step_size=4,
         ),
     ),
+    "blurpool": ("cnn", _one("cadence_blurpool", "BlurPool", min_channels=8)),
+    "squeeze_excite": ("cnn", _one("cadence_squeeze_excite", "SqueezeExcite", latent_channels=0.5, min_channels=8)),
+    "factorize": (
+        "cnn",
+        _one("cadence_factorize", "Factorize", min_channels=8, latent_channels=4, min_features=4, latent_features=1),
+    ),
+    "ghost_batchnorm": ("cnn", _one("cadence_ghost_batchnorm", "GhostBatchNorm", ghost_batch_size=2)),
+    "weight_standardization": ("cnn", _one("cadence_weight_standardization", "WeightStandardization")),
+    "progressive_resizing": ("cnn", _one("cadence_progressive_resizing", "ProgressiveResizing")),
+    "cutmix": ("cnn", _one("cadence_cutmix", "CutMix", alpha=1.0)),
+    "cutout": ("cnn", _one("cadence_cutout", "CutOut", num_holes=2, length=0.25)),
+    "colout": ("cnn", _one("cadence_colout", "ColOut")),
+}
+#: the sharding strategies, each against DDP: {case: (kind, fsdp config)}
+STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "SHARD_GRAD_OP": ("mlp", {"sharding_strategy": "SHARD_GRAD_OP"}),
+    "NO_SHARD": ("mlp", {"sharding_strategy": "NO_SHARD"}),
+    "HYBRID_SHARD": ("mlp", {"sharding_strategy": "HYBRID_SHARD", "data_parallel_shard_degree": 1}),
+    "activation_checkpointing": ("gpt2", {"activation_checkpointing": True}),
 }
 
 
-def train(kind: str, make_methods: Callable[[], list[Any]], fsdp: bool) -> dict[str, torch.Tensor]:
+def _case(name: str) -> tuple[str, Callable[[], list[Any]], dict[str, Any]]:
+    if name in STRATEGIES:
+        kind, fsdp = STRATEGIES[name]
+        return kind, _none, fsdp
+    kind, make = CASES[name]
+    return kind, make, {}
+
+
+def train(kind: str, make_methods: Callable[[], list[Any]], fsdp: dict[str, Any] | None) -> dict[str, torch.Tensor]:
     world = get_world_size()
     data = torch.Generator().manual_seed(11)
     if kind == "gpt2":
         dataset = TensorDataset(torch.randint(0, VOCAB, (64, 16), generator=data))
         model: Any = HuggingFaceModel(tiny_gpt2())
         collate: Any = lm_batch
+    elif kind == "cnn":
+        dataset = image_dataset(64, 4, (3, 16, 16), seed=11)
+        torch.manual_seed(0)
+        model, collate = tiny_image_classifier(4), None
     else:
         dataset = TensorDataset(torch.randn(64, 8, generator=data), torch.randint(0, 4, (64,), generator=data))
         torch.manual_seed(0)
@@ -92,7 +127,7 @@ def train(kind: str, make_methods: Callable[[], list[Any]], fsdp: bool) -> dict[
         seed=5,
         device="cpu",
         progress_bar=False,
-        parallelism_config={"fsdp": {}} if fsdp else None,
+        parallelism_config=None if fsdp is None else {"fsdp": fsdp},
     )
     trainer.fit()
     weights = get_model_state_dict(trainer.state.model, options=StateDictOptions(full_state_dict=True))
@@ -102,18 +137,18 @@ def train(kind: str, make_methods: Callable[[], list[Any]], fsdp: bool) -> dict[
 
 def main() -> None:
     out = Path(sys.argv[1])
-    chosen = sys.argv[2:] or list(CASES)
+    chosen = sys.argv[2:] or [*CASES, *STRATEGIES]
     initialize_from_environment(torch.device("cpu"))
     results: dict[str, Any] = {}
     for name in chosen:
-        kind, make = CASES[name]
-        reference = train(kind, make, fsdp=False)
+        kind, make, fsdp = _case(name)
+        reference = train(kind, make, fsdp=None)
         if get_world_size() == 1:
             out.mkdir(parents=True, exist_ok=True)
             torch.save(reference, out / f"{name}.pt")
             continue
         try:
-            sharded = train(kind, make, fsdp=True)
+            sharded = train(kind, make, fsdp=fsdp)
         except Exception as error:  # every rank raises the same: the runs stay in step
             results[name] = {
                 "error": f"{type(error).__name__}: {error}"[:2000],

@@ -25,7 +25,7 @@ from cadence._fsdp_config import parse_parallelism_config
 from cadence._sharding import is_sharded, wrap_targets
 from cadence.checkpoint import CheckpointError, checkpoint_to_start_from
 from cadence.precision import Precision
-from cadence.testing import mlp_classifier
+from cadence.testing import mlp_classifier, tiny_image_classifier
 
 CPU = torch.device("cpu")
 
@@ -162,6 +162,28 @@ def test_one_sharded_process_equals_one_unsharded(fsdp: dict[str, Any]) -> None:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"device_train_microbatch_size": 4},  # every microbatch reduce-scatters: the same sum
+        {"precision": "amp_bf16"},  # Composer's mixed_precision DEFAULT: bf16 compute, fp32 reduction
+        {"compile_config": {"backend": "eager"}},
+    ],
+)
+def test_microbatches_mixed_precision_compile_and_evaluation_equal_one_unsharded(options: dict[str, Any]) -> None:
+    generator = torch.Generator().manual_seed(5)
+    evaluation = TensorDataset(torch.randn(40, 8, generator=generator), torch.randint(0, 4, (40,), generator=generator))
+    runs = []
+    for fsdp in (None, {}):
+        trainer = _trainer(fsdp, eval_dataloader=DataLoader(evaluation, batch_size=10), **options)
+        trainer.fit()
+        runs.append((trainer.eval(), _weights(trainer)))
+    (plain_metrics, plain), (sharded_metrics, sharded) = runs
+    assert sharded_metrics == plain_metrics
+    for name in plain:
+        torch.testing.assert_close(sharded[name], plain[name], rtol=0, atol=0)
+
+
 def test_a_transformer_with_activation_checkpointing_equals_one_unsharded() -> None:
     from cadence import HuggingFaceModel
 
@@ -204,6 +226,12 @@ class LateSurgery(Algorithm):
 
     def required_on_load(self) -> bool:
         return True
+
+
+def test_channels_last_weights_are_refused() -> None:
+    model = tiny_image_classifier(4).to(memory_format=torch.channels_last)  # what ChannelsLast does
+    with pytest.raises(ValueError, match=r"module\.features\.0\.weight is not contiguous.*ChannelsLast"):
+        _trainer({}, model)
 
 
 def test_surgery_after_sharding_is_refused() -> None:

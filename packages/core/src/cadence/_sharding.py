@@ -128,6 +128,7 @@ def shard_model(state: Any, settings: FSDPSettings | None) -> nn.Module:
     if settings is None:
         return model
     refuse_late_surgery(state.algorithms)
+    refuse_non_contiguous(model)
     from torch.distributed._composable import checkpoint
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
@@ -172,6 +173,17 @@ def refuse_late_surgery(algorithms: list[Any]) -> None:
             raise ValueError(
                 f"{type(algorithm).__name__}(apply_at={apply_at!r}) changes the model after it is sharded, and FSDP "
                 f"would never gather the new modules' parameters; pass apply_at='init' (surgery before sharding)"
+            )
+
+
+def refuse_non_contiguous(model: nn.Module) -> None:
+    """FSDP2 shards contiguous parameters only ("FSDP does not support non-contiguous parameters yet")."""
+    for name, parameter in model.named_parameters():
+        if not parameter.is_contiguous():
+            raise ValueError(
+                f"parameter {name} is not contiguous (stride {parameter.stride()}), as ChannelsLast's channels_last "
+                "convolution weights are; FSDP2 shards contiguous parameters only: leave that method out under "
+                "parallelism_config, or train with DDP"
             )
 
 
