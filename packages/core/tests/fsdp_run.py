@@ -61,6 +61,11 @@ def build(kind: str) -> tuple[torch.nn.Module, TensorDataset, Any]:
     return mlp_classifier(8, 4, hidden=16), dataset, None
 
 
+def evaluation(samples: int) -> TensorDataset:
+    data = torch.Generator().manual_seed(12)
+    return TensorDataset(torch.randn(samples, 8, generator=data), torch.randint(0, 4, (samples,), generator=data))
+
+
 def methods(names: list[str]) -> list[Any]:
     made = []
     for name in names:
@@ -107,6 +112,7 @@ def main() -> None:
     parser.add_argument("--autoresume", action="store_true")
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
+    parser.add_argument("--eval", type=int, default=0, help="evaluate on this many samples (mlp), 100 a batch")
     args = parser.parse_args()
     initialize_from_environment(torch.device("cpu"))
     world = get_world_size()
@@ -131,15 +137,19 @@ def main() -> None:
         device="cpu",
         progress_bar=False,
         parallelism_config=None if args.fsdp is None else {"fsdp": json.loads(args.fsdp)},
+        eval_dataloader=DataLoader(evaluation(args.eval), batch_size=100) if args.eval else None,
+        eval_interval=0,
     )
     trainer.fit()
+    metrics = trainer.eval() if args.eval else {}
     weights = get_model_state_dict(trainer.state.model, options=StateDictOptions(full_state_dict=True))
     losses = {int(time.batch): float(value) for time, value in logger.data.get("loss/train/total", [])}
     args.out.mkdir(parents=True, exist_ok=True)
     torch.save(
         {
             "model": {name: tensor.detach().clone() for name, tensor in weights.items()},
-            "losses": losses,  # rank 0's own microbatch losses
+            "losses": losses,
+            "metrics": metrics,  # rank 0's own microbatch losses
             "world": world,
             "batches": int(trainer.state.timestamp.batch),
             "sharded": type(trainer.state.model).__name__.startswith("FSDP"),

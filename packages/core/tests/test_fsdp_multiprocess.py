@@ -23,12 +23,13 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 GPT2_METHODS = ["--model", "gpt2", "--methods", "alibi,glu,clip,ema"]
 
 
-def _run(command: list[str], expect_killed: bool = False) -> None:
+def _run(command: list[str], expect_killed: bool = False) -> str:
     result = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=400, cwd=HERE)
     if expect_killed:
         assert result.returncode != 0, "the run was to be killed at its checkpoint"
     else:
         assert result.returncode == 0, result.stderr[-6000:]
+    return result.stderr
 
 
 def _load(path: Path) -> dict:
@@ -84,3 +85,16 @@ def test_every_method_that_runs_sharded_equals_its_unsharded_run(tmp_path: Path)
     assert len(differences) == 26 and all(value <= 1e-6 for value in differences.values()), differences
     sam = _max_difference(_load(tmp_path / "two" / "sam.pt"), _load(tmp_path / "one" / "sam.pt"))
     assert sam <= 1e-6, sam
+
+
+@pytest.mark.slow
+def test_sharded_evaluation_equals_ddp_and_uneven_batch_counts_are_refused(tmp_path: Path) -> None:
+    """Every forward under FSDP gathers weights from all ranks: 1,001 samples split 501/500 would leave
+    rank 1 a batch short (a hang), so the trainer refuses them before training; 1,000 evaluate as DDP does."""
+    failed = _run([*TWO, str(RUN), str(tmp_path / "x"), "--fsdp", "{}", "--eval", "1001"], expect_killed=True)
+    assert "gives the ranks [6, 5] batches; pass eval_subset_num_batches=5" in failed
+    _run([*TWO, str(RUN), str(tmp_path / "fsdp"), "--fsdp", "{}", "--eval", "1000"])
+    _run([*TWO, str(RUN), str(tmp_path / "ddp"), "--eval", "1000"])
+    sharded = [_load(tmp_path / "fsdp" / f"rank{r}.pt")["metrics"] for r in (0, 1)]
+    assert sharded[0] == sharded[1] == _load(tmp_path / "ddp" / "rank0.pt")["metrics"]
+    assert set(sharded[0]) == {"MulticlassAccuracy", "CrossEntropy"}

@@ -121,9 +121,10 @@ def _broadcast_from_rank0(model: nn.Module) -> None:
                 torch_dist.broadcast(tensor.data, src=0)
 
 
-def shard_model(state: Any, settings: FSDPSettings | None) -> nn.Module:
+def shard_model(state: Any, settings: FSDPSettings | None, data: Any = None) -> nn.Module:
     """``state.model``, sharded in place with ``fully_shard`` as `settings` say (nothing happens for None),
-    its optimizers pointed at the shards. Runs after INIT: surgery has changed the model already."""
+    its optimizers pointed at the shards. Runs after INIT: surgery has changed the model already.
+    `data` (the trainer's `RunData`): its evaluation loader must give every rank as many batches."""
     model, optimizers, device = state.model, state.optimizers, state.device
     if settings is None:
         return model
@@ -133,6 +134,7 @@ def shard_model(state: Any, settings: FSDPSettings | None) -> nn.Module:
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     _join_single_process_group()
+    refuse_uneven_evaluation(getattr(data, "eval", None), getattr(data, "eval_subset", -1))
     enable_dtensor_foreach_copy()
     treat_plain_tensors_as_replicated()
     _check_fresh(optimizers)
@@ -174,6 +176,22 @@ def refuse_late_surgery(algorithms: list[Any]) -> None:
                 f"{type(algorithm).__name__}(apply_at={apply_at!r}) changes the model after it is sharded, and FSDP "
                 f"would never gather the new modules' parameters; pass apply_at='init' (surgery before sharding)"
             )
+
+
+def refuse_uneven_evaluation(plan: Any, subset: int | None) -> None:
+    """Under FSDP every forward gathers weights from all ranks, so every rank must evaluate as many batches;
+    cadence's exact evaluation splits a set of 1,001 samples 501/500, which can leave one rank a batch short."""
+    if plan is None or not getattr(plan, "has_length", False) or torch_dist.get_world_size() == 1:
+        return
+    mine = len(plan) if not subset or subset < 0 else min(len(plan), subset)
+    counts = [0] * torch_dist.get_world_size()
+    torch_dist.all_gather_object(counts, mine)
+    if len(set(counts)) > 1:
+        raise ValueError(
+            f"under FSDP every rank must evaluate the same number of batches (each forward gathers the weights from "
+            f"all ranks), and eval_dataloader gives the ranks {counts} batches; pass eval_subset_num_batches="
+            f"{min(counts)}, or an evaluation set whose size the ranks split into equal batch counts"
+        )
 
 
 def refuse_non_contiguous(model: nn.Module) -> None:

@@ -227,7 +227,7 @@ class Trainer:
 
             # INIT (surgery), then metrics and schedulers on the final model ------------------
             self.engine.run_event(Event.INIT)
-            model = shard_model(self.state, fsdp)  # FSDP (parallelism_config): after surgery, before loading
+            model = shard_model(self.state, fsdp, self._data)  # FSDP: after surgery, before loading
             self.state.defer_metrics()  # built from the final model on first use
             self._schedules = RunSchedules(self.state, schedulers_)
 
