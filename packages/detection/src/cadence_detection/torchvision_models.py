@@ -37,10 +37,12 @@ SMALL_RCNN_DEFAULTS = {
 
 
 def detector_names() -> list[str]:
-    """The builders of ``torchvision.models.detection`` (what `torchvision_detector` accepts)."""
+    """The box detectors of ``torchvision.models.detection`` (what `torchvision_detector` accepts). Mask and
+    keypoint R-CNN are left out: their training needs mask or keypoint targets, which `DetectionModel` lacks."""
     import torchvision
 
-    return sorted(torchvision.models.list_models(module=torchvision.models.detection))
+    names = torchvision.models.list_models(module=torchvision.models.detection)
+    return sorted(name for name in names if not name.startswith(("maskrcnn", "keypointrcnn")))
 
 
 def torchvision_detector(name: str, num_classes: int, **kwargs: Any) -> DetectionModel:
@@ -150,7 +152,8 @@ def detector_by_name(
     detector's transform normalises with; without them it keeps ImageNet's.
     """
     stats = {"image_mean": list(mean), "image_std": list(std)} if mean is not None and std is not None else {}
-    kwargs = {"min_size": image_size, "max_size": image_size, **stats, **kwargs}
+    sizes = {} if name.startswith("ssd") else {"min_size": image_size, "max_size": image_size}  # SSDs: fixed size
+    kwargs = {**sizes, **stats, **kwargs}
     if name in small_names():
         return small_detector(name.removesuffix("_small"), num_classes, **kwargs)
     return torchvision_detector(name, num_classes, **kwargs)
