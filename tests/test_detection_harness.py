@@ -46,7 +46,7 @@ def test_cadence_bench_run_trains_evaluates_map_and_logs_to_mlflow(
 
     monkeypatch.setenv("CADENCE_CACHE", str(tmp_path / "cache"))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    argv = ["run", "detection_shapes", "--model", "cadence/retinanet_small", "--duration", "2ba"]
+    argv = ["run", "detection_shapes", "--model", "cadence/retinanet_small", "--duration", "2ba", "--seeds", "1"]
     argv += ["--set", "subset=16", "--set", "eval_subset=8", "--set", "batch_size=4", "--tracking-uri", uri]
     assert main(argv) == 0
     client = mlflow.MlflowClient(tracking_uri=uri)

@@ -26,13 +26,13 @@ def _trainer(model: DetectionModel, root: Path, duration: str = "2ba", evaluate:
     train = DataLoader(ShapesDetection(root, "train"), batch_size=2, shuffle=True, collate_fn=collate_detection)
     val = DataLoader(ShapesDetection(root, "val"), batch_size=4, collate_fn=collate_detection) if evaluate else None
     kwargs.setdefault("algorithms", model.training_procedures())
+    kwargs.setdefault("device", "cpu")
     return Trainer(
         model=model,
         train_dataloader=train,
         eval_dataloader=val,
         max_duration=duration,
         optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-        device="cpu",
         progress_bar=False,
         seed=7,
         **kwargs,
@@ -60,15 +60,8 @@ def test_a_small_detector_trains_two_steps_and_evaluates_coco_map(kind: str, sha
     _trains_and_evaluates(small_detector(kind, NUM_CLASSES, min_size=64), shapes_root)
 
 
-# The two ResNet-50 detectors take 18-42 s on a busy 2-core VM; the MobileNet one under 2 s.
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param("fcos_resnet50_fpn", marks=pytest.mark.slow),
-        pytest.param("retinanet_resnet50_fpn", marks=pytest.mark.slow),
-        "fasterrcnn_mobilenet_v3_large_fpn",
-    ],
-)
+@pytest.mark.slow  # 20-42 s each on a busy 2-core VM (the MobileNet one 1.5-27 s)
+@pytest.mark.parametrize("name", ["fcos_resnet50_fpn", "retinanet_resnet50_fpn", "fasterrcnn_mobilenet_v3_large_fpn"])
 def test_a_torchvision_detector_trains_two_steps_and_evaluates(name: str, shapes_root: Path) -> None:
     torch.manual_seed(0)
     _trains_and_evaluates(torchvision_detector(name, NUM_CLASSES, min_size=64, max_size=64), shapes_root)
@@ -160,3 +153,17 @@ def test_unknown_names_and_downloads_are_refused() -> None:
         small_detector("yolo", NUM_CLASSES)
     with pytest.raises(ValueError, match="num_classes=1"):
         small_detector("fcos", 1)
+
+
+@pytest.mark.gpu
+def test_a_small_detector_trains_and_evaluates_on_a_gpu(shapes_root: Path) -> None:
+    """Padded targets reach the GPU with the images (the Trainer moves tensors, never lists of dicts)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.manual_seed(0)
+    model = small_detector("fcos", NUM_CLASSES, min_size=64)
+    trainer = _trainer(model, shapes_root, eval_interval="2ba", device="gpu")
+    trainer.fit()
+    assert next(model.parameters()).is_cuda
+    assert 0.0 <= float(trainer.state.eval_metrics["MeanAveragePrecision"].compute()) <= 1.0
+    trainer.close()
