@@ -139,7 +139,7 @@ def test_a_method_that_would_leave_the_boxes_wrong_is_refused_before_training(me
     algorithm = registry().method(method).algorithm()
     model = small_detector("retinanet", NUM_CLASSES, min_size=64)
     with pytest.raises(
-        ValueError, match=rf"{algorithm.name} does not apply to detection: .*Fix: leave {algorithm.name} out"
+        ValueError, match=rf"{algorithm.name} does not apply to detection: .*; leave {algorithm.name} out"
     ):
         _trainer(model, shapes_root, algorithms=[algorithm, *model.training_procedures()])
 
@@ -167,3 +167,17 @@ def test_a_small_detector_trains_and_evaluates_on_a_gpu(shapes_root: Path) -> No
     assert next(model.parameters()).is_cuda
     assert 0.0 <= float(trainer.state.eval_metrics["MeanAveragePrecision"].compute()) <= 1.0
     trainer.close()
+
+
+def test_check_methods_names_the_first_method_that_cannot_train_a_detector() -> None:
+    from cadence_detection import check_methods
+
+    from cadence.algorithm import NotApplicableError
+    from cadence.registry import registry
+
+    if not {"ema", "cutmix"} <= set(registry().methods):
+        pytest.skip("needs cadence-ema and cadence-cutmix")
+    ema, cutmix = registry().method("ema").algorithm(), registry().method("cutmix").algorithm()
+    check_methods([ema])
+    with pytest.raises(NotApplicableError, match="CutMix does not apply to detection: it pastes a patch"):
+        check_methods([ema, cutmix])

@@ -47,7 +47,7 @@ REFUSED = {
 
 
 def _reason(name: str) -> str:
-    return f"{name} does not apply to detection: {REFUSED[name]}. Fix: leave {name} out of a detection run"
+    return f"{name} does not apply to detection: {REFUSED[name]}; leave {name} out of a detection run"
 
 
 def check_methods(algorithms: Iterable[Any]) -> None:
