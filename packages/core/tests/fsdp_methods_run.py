@@ -18,10 +18,11 @@ from typing import Any
 
 import torch
 from fsdp_run import GLOBAL_BATCH, VOCAB, lm_batch, tiny_gpt2
+from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.utils.data import DataLoader, TensorDataset
 
-from cadence import HuggingFaceModel, Trainer
+from cadence import Classifier, HuggingFaceModel, Trainer
 from cadence.distributed import get_rank, get_world_size, initialize_from_environment
 from cadence.testing import image_dataset, mlp_classifier, tiny_image_classifier
 
@@ -42,6 +43,37 @@ def _one(module: str, name: str, **kwargs: Any) -> Callable[[], list[Any]]:
         return [getattr(importlib.import_module(module), name)(**kwargs)]
 
     return make
+
+
+class ResidualBlock(nn.Module):
+    """act(x + branch(x)): the residual contract stochastic depth drops blocks of."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.branch = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels))
+        self.shortcut = None
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x + self.branch(x))
+
+
+def _stochastic_depth(mode: str) -> list[Any]:
+    from cadence_stochastic_depth import StochasticDepth
+
+    return [StochasticDepth(ResidualBlock, mode, drop_rate=0.5, drop_warmup="0ba")]
+
+
+def _model(kind: str) -> Any:
+    torch.manual_seed(0)
+    if kind == "residual":
+        layers = [nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), ResidualBlock(8), ResidualBlock(8)]
+    elif kind == "groupnorm":
+        layers = [nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.GroupNorm(2, 8), nn.ReLU()]
+    else:  # dropout
+        layers = [nn.Flatten(), nn.Linear(3 * 16 * 16, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 8)]
+    head = [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)] if kind != "dropout" else [nn.Linear(8, 4)]
+    return Classifier(nn.Sequential(*layers, *head), num_classes=4)
 
 
 def _none() -> list[Any]:
@@ -85,6 +117,11 @@ CASES: dict[str, tuple[str, Callable[[], list[Any]]]] = {
     "cutmix": ("cnn", _one("cadence_cutmix", "CutMix", alpha=1.0)),
     "cutout": ("cnn", _one("cadence_cutout", "CutOut", num_holes=2, length=0.25)),
     "colout": ("cnn", _one("cadence_colout", "ColOut")),
+    "scale_schedule": ("mlp", _one("cadence_scale_schedule", "ScaleSchedule", ratio=0.5)),
+    "decoupled_weight_decay": ("mlp", _one("cadence_decoupled_weight_decay", "DecoupledWeightDecay", weight_decay=0.1)),
+    "gyro_dropout": ("dropout", _one("cadence_gyro_dropout", "GyroDropout", p=0.5, sigma=4, tau=2)),
+    "low_precision_groupnorm": ("groupnorm", _one("cadence_low_precision_groupnorm", "LowPrecisionGroupNorm")),
+    "stochastic_depth_sample": ("residual", lambda: _stochastic_depth("sample")),
 }
 #: the sharding strategies, each against DDP: {case: (kind, fsdp config)}
 STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -114,6 +151,9 @@ def train(kind: str, make_methods: Callable[[], list[Any]], fsdp: dict[str, Any]
         dataset = image_dataset(64, 4, (3, 16, 16), seed=11)
         torch.manual_seed(0)
         model, collate = tiny_image_classifier(4), None
+    elif kind in ("residual", "groupnorm", "dropout"):
+        dataset = image_dataset(64, 4, (3, 16, 16), seed=11)
+        model, collate = _model(kind), None
     else:
         dataset = TensorDataset(torch.randn(64, 8, generator=data), torch.randint(0, 4, (64,), generator=data))
         torch.manual_seed(0)
@@ -132,7 +172,7 @@ def train(kind: str, make_methods: Callable[[], list[Any]], fsdp: dict[str, Any]
     trainer.fit()
     weights = get_model_state_dict(trainer.state.model, options=StateDictOptions(full_state_dict=True))
     trainer.close()
-    return {name: tensor.detach().clone() for name, tensor in weights.items()}
+    return {name: value.detach().clone() for name, value in weights.items() if isinstance(value, torch.Tensor)}
 
 
 def main() -> None:
@@ -158,7 +198,8 @@ def main() -> None:
         if sharded.keys() != reference.keys():
             results[name] = {"error": f"other weights: {sorted(set(sharded) ^ set(reference))}"}
             continue
-        results[name] = {"max_abs_diff": max((sharded[k] - reference[k]).abs().max().item() for k in reference)}
+        gap = max((sharded[k].double() - reference[k].double()).abs().max().item() for k in reference)
+        results[name] = {"max_abs_diff": gap}
         if get_rank() == 0:
             out.mkdir(parents=True, exist_ok=True)
             torch.save(sharded, out / f"{name}.pt")

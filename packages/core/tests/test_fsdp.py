@@ -234,6 +234,22 @@ def test_channels_last_weights_are_refused() -> None:
         _trainer({}, model)
 
 
+class StochasticDepth(Algorithm):
+    """Stands in for cadence_stochastic_depth's (the core's tests import no method): its name and mode."""
+
+    stochastic_method = "block"
+
+    def match(self, event: Event, state: Any) -> bool:
+        return False
+
+    def apply(self, event: Event, state: Any, logger: Any) -> None: ...
+
+
+def test_methods_that_skip_blocks_per_rank_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"stochastic_method='block'.*hangs"):
+        _trainer({}, algorithms=[StochasticDepth()])
+
+
 def test_surgery_after_sharding_is_refused() -> None:
     with pytest.raises(ValueError, match=r"LateSurgery.*apply_at='init'"):
         _trainer({}, algorithms=[LateSurgery()])

@@ -114,6 +114,15 @@ def _rebind_optimizers(optimizers: list[torch.optim.Optimizer], names: dict[int,
             group["params"] = [sharded[names[id(p)]] for p in group["params"]]
 
 
+def _buffers_follow_rank0(module: nn.Module, args: Any) -> None:
+    """Before each training forward, rank 0's buffers on every rank, as DDP does (``broadcast_buffers``): FSDP
+    shards parameters only, and per-rank buffers (BatchNorm statistics, Gyro Dropout's masks) would drift."""
+    if module.training:
+        with torch.no_grad():
+            for buffer in module.buffers():
+                torch_dist.broadcast(buffer, src=0)
+
+
 def _broadcast_from_rank0(model: nn.Module) -> None:
     if torch_dist.get_world_size() > 1:
         with torch.no_grad():
@@ -129,6 +138,7 @@ def shard_model(state: Any, settings: FSDPSettings | None, data: Any = None) -> 
     if settings is None:
         return model
     refuse_late_surgery(state.algorithms)
+    refuse_skipped_blocks(state.algorithms)
     refuse_non_contiguous(model)
     from torch.distributed._composable import checkpoint
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
@@ -155,6 +165,8 @@ def shard_model(state: Any, settings: FSDPSettings | None, data: Any = None) -> 
             fully_shard(block, **options)
     fully_shard(model, **options)
     register_fsdp_forward_method(model, "eval_forward")  # evaluation calls it, not forward
+    if torch_dist.get_world_size() > 1 and any(True for _ in model.buffers()):
+        model.register_forward_pre_hook(_buffers_follow_rank0)
     _rebind_optimizers(optimizers, names, model)
     if settings.verbose and torch_dist.get_rank() == 0:
         kinds = sorted({type(block).__name__ for block in blocks})
@@ -192,6 +204,19 @@ def refuse_uneven_evaluation(plan: Any, subset: int | None) -> None:
             f"all ranks), and eval_dataloader gives the ranks {counts} batches; pass eval_subset_num_batches="
             f"{min(counts)}, or an evaluation set whose size the ranks split into equal batch counts"
         )
+
+
+def refuse_skipped_blocks(algorithms: list[Any]) -> None:
+    """A method that skips whole blocks on some ranks and not others: under DDP the skipped parameters just get
+    no gradient (``find_unused_parameters``); under FSDP the ranks that run the block wait forever in its
+    all-gather for those that skipped it. By class name and mode, since no declaration says so (yet)."""
+    for algorithm in algorithms:
+        if type(algorithm).__name__ == "StochasticDepth" and getattr(algorithm, "stochastic_method", "") == "block":
+            raise ValueError(
+                "StochasticDepth(stochastic_method='block') drops whole blocks, each rank its own, and under FSDP a "
+                "block run on one rank and skipped on another hangs both (its forward gathers weights from every "
+                "rank); use stochastic_method='sample' (tested sharded), or train with DDP"
+            )
 
 
 def refuse_non_contiguous(model: nn.Module) -> None:
