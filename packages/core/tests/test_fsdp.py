@@ -281,6 +281,23 @@ def test_a_sharded_checkpoint_resumes_exactly_and_loads_into_an_unsharded_run(tm
     assert not torch.equal(next(iter(loaded.values())), next(iter(_weights(_trainer(None)).values())))
 
 
+def test_a_single_file_checkpoint_resumes_sharded_exactly(tmp_path: Path) -> None:
+    uninterrupted = _trainer(None)
+    uninterrupted.fit()
+    first = _trainer(None, save_folder=tmp_path, save_interval="2ba", max_duration="2ba")
+    first.fit()
+    first.close()
+    assert (tmp_path / "ep0-ba2.pt").is_file()
+    resumed = _trainer({}, save_folder=tmp_path, save_interval="2ba", autoresume=True)
+    assert int(resumed.state.timestamp.batch) == 2 and is_sharded(resumed.state.model)
+    resumed.fit()
+    expected = _weights(uninterrupted)
+    for name, value in _weights(resumed).items():
+        torch.testing.assert_close(value, expected[name], rtol=0, atol=0)
+    resumed.close()
+    assert (tmp_path / "ep0-ba4.pt").is_dir()  # it goes on writing sharded checkpoints
+
+
 def test_sharded_checkpoints_keep_the_no_overwrite_and_fallback_guarantees(tmp_path: Path) -> None:
     options = {"save_interval": "1ba", "save_num_checkpoints_to_keep": 2, "max_duration": "3ba"}
     trainer = _trainer({}, save_folder=tmp_path, **options)

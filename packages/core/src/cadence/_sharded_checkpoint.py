@@ -154,6 +154,34 @@ def load_optimizers(model: nn.Module, optimizers: list[torch.optim.Optimizer], p
         set_optimizer_state_dict(model, optimizers, state["optimizers"])
 
 
+def load_whole_model(model: nn.Module, weights: dict[str, Any], strict: bool = True) -> None:
+    """Whole tensors (a single-file checkpoint's model) into a sharded `model`: each rank keeps its shard."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=strict))
+
+
+def load_whole_optimizers(model: nn.Module, optimizers: list[torch.optim.Optimizer], saved: list[Any]) -> None:
+    """Single-file optimizer states (keyed by parameter position) into optimizers over sharded parameters:
+    re-keyed by parameter name, then split into the shards by torch's ``set_optimizer_state_dict``."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = {id(p): name for name, p in model.named_parameters()}
+    state: dict[str, Any] = {}
+    groups: list[dict[str, Any]] = []
+    for optimizer, whole in zip(optimizers, saved):
+        for ours, theirs in zip(optimizer.param_groups, whole["param_groups"]):
+            if len(ours["params"]) != len(theirs["params"]):
+                raise ValueError(
+                    f"a parameter group of {len(theirs['params'])} parameters meets one of {len(ours['params'])}"
+                )
+            fqns = [names[id(p)] for p in ours["params"]]
+            state.update({fqn: whole["state"][i] for fqn, i in zip(fqns, theirs["params"]) if i in whole["state"]})
+            groups.append({**theirs, "params": fqns})
+    options = StateDictOptions(full_state_dict=True)
+    set_optimizer_state_dict(model, optimizers, {"state": state, "param_groups": groups}, options=options)
+
+
 def _template(placeholder: dict[str, Any], like: Any) -> torch.Tensor:
     """An empty tensor to load a saved DTensor into: sharded as the model's parameters are, or whole."""
     dtype = getattr(torch, placeholder["dtype"])

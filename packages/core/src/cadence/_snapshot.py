@@ -283,6 +283,9 @@ def restore_weights(state: State, payload: dict[str, Any], path: str | Path, str
         if payload.get("sharded"):
             sharded.load_model(state.model, Path(path), strict=strict)
             return
+        if is_sharded(state.model):  # a single-file checkpoint resumed under FSDP
+            sharded.load_whole_model(state.model, payload["model"], strict=strict)
+            return
         result = state.model.load_state_dict(payload["model"], strict=strict)
     except (RuntimeError, ValueError, KeyError) as error:  # size mismatch, missing or unexpected keys
         raise CheckpointMismatchError(
@@ -327,7 +330,10 @@ def _restore_optimizers(state: State, payload: dict[str, Any], path: str | Path)
                 "as the run that wrote it did (its state, such as momentum, means nothing to another optimizer)",
             )
         try:
-            optimizer.load_state_dict(saved)
+            if is_sharded(state.model):
+                sharded.load_whole_optimizers(state.model, [optimizer], [saved])
+            else:
+                optimizer.load_state_dict(saved)
         except (KeyError, ValueError, RuntimeError) as error:
             raise CheckpointMismatchError(
                 path,
