@@ -340,3 +340,18 @@ def test_loading_never_runs_code_from_a_sharded_checkpoint(tmp_path: Path, monke
     with pytest.raises(CheckpointError, match=r"cannot use checkpoint .*cadence\.pt"):
         _trainer(None, load_path=checkpoint)
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fsdp", [{"cpu_offload": True}, {"mixed_precision": "DEFAULT"}])
+def test_on_a_gpu_offloading_and_mixed_precision_train_as_one_unsharded_process(fsdp: dict[str, Any]) -> None:
+    """Not run here (no GPU): CPUOffloadPolicy needs CUDA, and NCCL joins the one-process group."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    runs = []
+    for config in (None, fsdp):
+        trainer = _trainer(config, device="gpu", precision="amp_bf16")
+        trainer.fit()
+        runs.append({name: value.float().cpu() for name, value in _weights(trainer).items()})
+    for name in runs[0]:
+        torch.testing.assert_close(runs[1][name], runs[0][name], rtol=0, atol=5e-2)  # bf16 weights in FSDP

@@ -66,10 +66,11 @@ def wrap_targets(model: nn.Module) -> list[nn.Module]:
     return [module for module in model.modules() if module is not model and type(module).__name__ in names]
 
 
-def _join_single_process_group() -> None:
-    """FSDP needs a process group; outside torchrun, a group of this process alone."""
+def _join_single_process_group(device: torch.device) -> None:
+    """FSDP needs a process group; outside torchrun, a group of this process alone (NCCL on a GPU)."""
     if not torch_dist.is_initialized():
-        torch_dist.init_process_group("gloo", store=torch_dist.HashStore(), rank=0, world_size=1)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        torch_dist.init_process_group(backend, store=torch_dist.HashStore(), rank=0, world_size=1)
 
 
 def _mesh(settings: FSDPSettings, device: torch.device) -> Any:
@@ -143,7 +144,7 @@ def shard_model(state: Any, settings: FSDPSettings | None, data: Any = None) -> 
     from torch.distributed._composable import checkpoint
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
-    _join_single_process_group()
+    _join_single_process_group(device)
     refuse_uneven_evaluation(getattr(data, "eval", None), getattr(data, "eval_subset", -1))
     enable_dtensor_foreach_copy()
     treat_plain_tensors_as_replicated()
