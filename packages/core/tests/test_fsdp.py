@@ -116,6 +116,9 @@ def test_a_model_chooses_its_blocks_as_in_composer() -> None:
     assert wrap_targets(net) == [net[1]]
     net.fsdp_wrap_fn = lambda module: isinstance(module, nn.Linear)  # takes precedence over the marks
     assert wrap_targets(net) == [net[0], net[1][0], net[2]]
+    from cadence import Classifier
+
+    assert wrap_targets(Classifier(net, num_classes=2)) == [net[0], net[1][0], net[2]]  # found inside a wrapper
 
 
 # One process ---------------------------------------------------------------------------------------

@@ -18,6 +18,12 @@ checkpoint loads, so surgery always sees the whole model and the checkpoint load
 
 Rank 0's weights are broadcast first (``sync_module_states``, as DDP does), and the optimizers
 built on ``model.parameters()`` are pointed at the sharded parameters (they must not have stepped).
+As under DDP, rank 0's buffers are broadcast before each training forward (FSDP shards parameters
+only). Refused before training, with the reason: surgery after INIT, non-contiguous (channels_last)
+weights, methods that skip blocks per rank, and evaluation sets the ranks split into unequal batch
+counts (each would hang or fail inside a collective). Two shims for torch 2.14's DTensor let methods
+that treat weights in foreach calls (EMA, SAM) work on the shards (`enable_dtensor_foreach_copy`,
+`treat_plain_tensors_as_replicated`).
 """
 
 from __future__ import annotations
@@ -54,8 +60,9 @@ def is_sharded(model: nn.Module) -> bool:
 
 def wrap_targets(model: nn.Module) -> list[nn.Module]:
     """The blocks `shard_model` shards on their own (each all-gathers its weights only while it runs)."""
-    chooser = getattr(model, "fsdp_wrap_fn", None)
-    if callable(chooser):
+    holder = next((m for m in model.modules() if callable(getattr(m, "fsdp_wrap_fn", None))), None)
+    chooser = getattr(holder, "fsdp_wrap_fn", None)  # on the model, or on the module a wrapper holds
+    if chooser is not None:
         return [module for module in model.modules() if module is not model and chooser(module)]
     marked = [module for module in model.modules() if getattr(module, "_fsdp_wrap", False) and module is not model]
     if marked:
