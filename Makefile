@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 MEMBERS := packages/core packages/mlflow packages/detection $(patsubst %/,%,$(sort $(wildcard packages/methods/*/))) $(wildcard harness)
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test lint fmt demo bench cards wheels new-method clean
+.PHONY: help install install-detection test lint fmt demo bench cards wheels new-method clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -20,6 +20,15 @@ $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(MEMBERS))
 	@touch $@
 
 install: $(STAMP) ## create .venv and install every package of the repo (editable) plus dev tools
+
+# MMDetection (route (b) of issue 30: mmcv-lite with torchvision's nms) pins versions the main environment should
+# not take, so it goes into its own environment that sees .venv's packages (site.addsitedir runs their .pth files).
+DETECTION_VENV ?= .venv-detection
+install-detection: $(STAMP) ## MMDetection's YOLOX for cadence-detection, in .venv-detection over .venv's packages
+	@test -x $(DETECTION_VENV)/bin/python || python3 -m venv $(DETECTION_VENV)
+	$(DETECTION_VENV)/bin/python -c "import site, sys; open(site.getsitepackages()[0] + '/zz_cadence_venv.pth', 'w').write('import site; site.addsitedir(%r)\n' % sys.argv[1])" "$$($(PY) -c 'import site; print(site.getsitepackages()[0])')"
+	$(DETECTION_VENV)/bin/python -m pip install --quiet -e './packages/detection[mmdet]'
+	@echo "make install-detection: use $(DETECTION_VENV)/bin/python (e.g. $(DETECTION_VENV)/bin/python -m cadence_harness run detection_shapes --model mmdet/yolox_tiny)"
 
 wheels: $(STAMP) ## build a wheel of every package into dist/ (then: pip install --find-links dist cadence-mixup)
 	rm -rf dist && $(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist $(MEMBERS)

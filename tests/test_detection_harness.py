@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from cadence_detection import DetectionModel
 
+from cadence_detection import DetectionModel
 from cadence_harness.running.data import load_detection_shapes
 from cadence_harness.running.models import build_image_model, check_model
 
@@ -55,3 +55,7 @@ def test_cadence_bench_run_trains_evaluates_map_and_logs_to_mlflow(
     metrics = runs[0].data.metrics
     assert 0.0 <= metrics["metrics/eval/MeanAveragePrecision"] <= 1.0
     assert runs[0].data.params["model"] == "cadence/retinanet_small"
+    assert metrics["final/accuracy"] == metrics["metrics/eval/MeanAveragePrecision"]  # mAP is the run's quality
+    # a method a detector refuses is refused before any MLflow run exists, in one line, exit 2
+    assert main([*argv, "--methods", "mixup"]) == 2
+    assert len(client.search_runs([runs[0].info.experiment_id])) == 1

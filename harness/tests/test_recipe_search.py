@@ -84,7 +84,8 @@ def test_greedy_selection_grows_the_best_single_method_while_a_candidate_improve
     assert (
         not search.to_run
         and (
-            "**a+b**, judged on the seeds that did not screen it: 4.00x [4.00, 4.00] n=2 (every seed, the screening seed 0 "
+            "**a+b**, judged on the seeds that did not screen it: 4.00x [4.00, 4.00] n=2 (every seed, the screening "
+            "seed 0 "
             "included: 4.00x [4.00, 4.00] n=3) in FLOPs: it qualifies"
         )
         in search.markdown()

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from cadence_detection import make_shapes_dataset
 
 

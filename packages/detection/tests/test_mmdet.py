@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from cadence_detection import ShapesDetection, collate_detection
-from cadence_detection.mmcv_ops import IMPLEMENTED, TorchvisionExtension
 from torch.utils.data import DataLoader
 from torchvision.ops import nms
 
 from cadence import Trainer
 from cadence.testing import assert_same_tensors
+from cadence_detection import ShapesDetection, collate_detection
+from cadence_detection.mmcv_ops import IMPLEMENTED, TorchvisionExtension
 
 # mmdet 3.3, mmcv and mmengine warn about torch.cuda.amp.autocast, torch.meshgrid and their own moves: not ours
 pytestmark = [

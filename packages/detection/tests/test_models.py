@@ -7,6 +7,10 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
+
+from cadence import Trainer
+from cadence.testing import assert_same_tensors
 from cadence_detection import (
     NUM_CLASSES,
     SMALL_KINDS,
@@ -16,10 +20,6 @@ from cadence_detection import (
     small_detector,
     torchvision_detector,
 )
-from torch.utils.data import DataLoader
-
-from cadence import Trainer
-from cadence.testing import assert_same_tensors
 
 
 def _trainer(model: DetectionModel, root: Path, duration: str = "2ba", evaluate: bool = True, **kwargs: Any) -> Trainer:
@@ -170,10 +170,9 @@ def test_a_small_detector_trains_and_evaluates_on_a_gpu(shapes_root: Path) -> No
 
 
 def test_check_methods_names_the_first_method_that_cannot_train_a_detector() -> None:
-    from cadence_detection import check_methods
-
     from cadence.algorithm import NotApplicableError
     from cadence.registry import registry
+    from cadence_detection import check_methods
 
     if not {"ema", "cutmix"} <= set(registry().methods):
         pytest.skip("needs cadence-ema and cadence-cutmix")

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from cadence_detection import ShapesDetection, collate_detection, load_split_tensors, make_shapes_dataset
 from torch.utils.data import DataLoader
+
+from cadence_detection import ShapesDetection, collate_detection, load_split_tensors, make_shapes_dataset
 
 
 def test_the_files_are_coco_and_read_back_as_xyxy_boxes(shapes_root: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from cadence_detection import DetectionMAP, pad_targets, unpad_targets
 
 

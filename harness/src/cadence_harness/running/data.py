@@ -48,10 +48,7 @@ HOW_TO_GET = {
 }
 
 
-# Data sets whose targets are boxes (cadence-detection), added to the names recipes are checked against (as in
-# models.py, which recipe checks import without this module).
-DETECTION_DATASETS = ("detection_shapes",)
-DATASETS.update(dict.fromkeys(DETECTION_DATASETS, "detection"))
+DETECTION_DATASETS = tuple(name for name, kind in DATASETS.items() if kind == "detection")  # boxes: cadence-detection
 
 
 class DataNotFoundError(FileNotFoundError):

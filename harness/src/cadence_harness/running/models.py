@@ -54,8 +54,7 @@ HF_BUILT_IN = (*HF_CONFIGS, *HF_PACKAGED)
 
 FAMILIES = ("tv", "timm", "hf", "cadence", "mmdet")
 CADENCE_MODELS = ("airbench94",)  # image networks defined in this project
-DETECTION_DATA = ("detection_shapes",)  # data sets whose targets are boxes (data.py): only detectors train on them
-DATASETS.update(dict.fromkeys(DETECTION_DATA, "detection"))  # the names recipes are checked against
+DETECTION_DATA = tuple(name for name, kind in DATASETS.items() if kind == "detection")  # only detectors train on them
 
 
 def family(name: str) -> tuple[str, str]:

@@ -303,6 +303,7 @@ DATASETS: dict[str, str] = {
     "synthetic": "image",
     "sst2": "text",
     "synthetic_text": "text",
+    "detection_shapes": "detection",  # boxes (cadence-detection): only detectors train on it
 }
 
 

@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 ACCURACY = "MulticlassAccuracy"
+QUALITY = {"detection": "MeanAveragePrecision"}  # the eval metric read as accuracy, by data kind (else ACCURACY)
 
 
 @dataclass
@@ -340,8 +341,9 @@ def execute(
     cadence.seed_all(spec.seed)  # the model's initial weights depend on the seed too
     data = build_data(recipe, spec.seed, device, data_dir, download)
     model = build_model(recipe, data)
+    check_arm_composition(spec.arm, [*algorithms, *training_procedures(spec, model)])  # e.g. a detector's refusals
     check_applicable(zip(spec.arm, algorithms), model, sample_batch(data.train, data.eval, device))
-    timer = RunTimer(ACCURACY, recipe.target_accuracy, recipe.warmup_batches)
+    timer = RunTimer(QUALITY.get(data.dataset.kind, ACCURACY), recipe.target_accuracy, recipe.warmup_batches)
     flops = FlopCounter(on_count=timer.time_apart)
     callbacks: list[Any] = [timer, flops]  # time (a batch the counter counts is timed apart), training FLOPs
     eval_interval: Any = recipe.eval_interval
