@@ -52,3 +52,22 @@ def test_a_classifier_exports_and_gives_the_eager_outputs() -> None:
 def test_eager_forward_still_takes_a_data_loaders_list() -> None:
     model, (inputs, targets) = _classifier(), _batch()
     torch.testing.assert_close(model([inputs, targets]), model((inputs, targets)))
+
+
+def test_num_classes_follows_composers_rules() -> None:
+    """The module's own count wins (a different argument warns); without any, both metric sets must be given."""
+    import warnings
+
+    from torchmetrics.classification import MulticlassAccuracy
+
+    module = torch.nn.Linear(4, 3)
+    module.num_classes = 3  # type: ignore[assignment]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert Classifier(module, num_classes=5).num_classes == 3
+    assert "num_classes=5 does not match module.num_classes=3; using 3" in str(caught[0].message)
+    metrics = {"acc": MulticlassAccuracy(num_classes=3)}
+    given = Classifier(torch.nn.Linear(4, 3), train_metrics=metrics, val_metrics=metrics)
+    assert given.num_classes is None and list(given.get_metrics()) == ["acc"]
+    with pytest.raises(ValueError, match=r"num_classes=None: .* or both train_metrics and val_metrics"):
+        Classifier(torch.nn.Linear(4, 3), train_metrics=metrics)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,8 @@ class Classifier(Model):
 
     Args:
         module: maps inputs to logits.
-        num_classes: taken from ``module.num_classes`` when omitted.
+        num_classes: the module's ``num_classes`` when it has one (a different value warns), else required
+            unless both `train_metrics` and `val_metrics` are given (the default accuracy needs it).
         train_metrics, val_metrics: metrics by name; default accuracy (and cross-entropy on eval).
         loss_fn: ``loss_fn(logits, target, **kwargs)``; the default accepts dense targets.
     """
@@ -39,10 +41,17 @@ class Classifier(Model):
         super().__init__()
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-        num_classes = num_classes if num_classes is not None else getattr(module, "num_classes", None)
-        if not isinstance(num_classes, int) or num_classes < 2:
+        own = getattr(module, "num_classes", None)
+        if isinstance(own, int) and num_classes is not None and num_classes != own:
+            warnings.warn(
+                f"num_classes={num_classes} does not match module.num_classes={own}; using {own}", stacklevel=2
+            )
+        num_classes = own if isinstance(own, int) else num_classes  # the module's own count wins, as in Composer
+        metrics_given = train_metrics is not None and val_metrics is not None  # then the count is not needed
+        if not (num_classes is None and metrics_given) and (not isinstance(num_classes, int) or num_classes < 2):
             raise ValueError(
-                f"num_classes={num_classes!r}: pass an int >= 2 (it could not be read from module.num_classes)"
+                f"num_classes={num_classes!r}: pass an int >= 2 (it could not be read from module.num_classes), "
+                "or both train_metrics and val_metrics"
             )
         self.module = module
         self.num_classes = num_classes
