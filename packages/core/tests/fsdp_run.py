@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
     parser.add_argument("--eval", type=int, default=0, help="evaluate on this many samples (mlp), 100 a batch")
+    parser.add_argument("--later", type=int, default=0, help="then try eval() and predict() on this many samples")
     args = parser.parse_args()
     initialize_from_environment(torch.device("cpu"))
     world = get_world_size()
@@ -142,6 +143,12 @@ def main() -> None:
     )
     trainer.fit()
     metrics = trainer.eval() if args.eval else {}
+    refused = []
+    for name, call in (("eval", trainer.eval), ("predict", trainer.predict)):
+        try:
+            call(DataLoader(evaluation(args.later), batch_size=100)) if args.later else None
+        except ValueError as error:  # every rank refuses: none waits in a forward for the others
+            refused.append(f"{name}: {error}")
     weights = get_model_state_dict(trainer.state.model, options=StateDictOptions(full_state_dict=True))
     losses = {int(time.batch): float(value) for time, value in logger.data.get("loss/train/total", [])}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -149,7 +156,8 @@ def main() -> None:
         {
             "model": {name: tensor.detach().clone() for name, tensor in weights.items()},
             "losses": losses,
-            "metrics": metrics,  # rank 0's own microbatch losses
+            "metrics": metrics,
+            "refused": refused,  # rank 0's own microbatch losses
             "world": world,
             "batches": int(trainer.state.timestamp.batch),
             "sharded": type(trainer.state.model).__name__.startswith("FSDP"),

@@ -94,8 +94,12 @@ def test_sharded_evaluation_equals_ddp_and_uneven_batch_counts_are_refused(tmp_p
     rank 1 a batch short (a hang), so the trainer refuses them before training; 1,000 evaluate as DDP does."""
     failed = _run([*TWO, str(RUN), str(tmp_path / "x"), "--fsdp", "{}", "--eval", "1001"], expect_killed=True)
     assert "gives the ranks [6, 5] batches; pass eval_subset_num_batches=5" in failed
-    _run([*TWO, str(RUN), str(tmp_path / "fsdp"), "--fsdp", "{}", "--eval", "1000"])
+    _run([*TWO, str(RUN), str(tmp_path / "fsdp"), "--fsdp", "{}", "--eval", "1000", "--later", "1001"])
     _run([*TWO, str(RUN), str(tmp_path / "ddp"), "--eval", "1000"])
     sharded = [_load(tmp_path / "fsdp" / f"rank{r}.pt")["metrics"] for r in (0, 1)]
     assert sharded[0] == sharded[1] == _load(tmp_path / "ddp" / "rank0.pt")["metrics"]
     assert set(sharded[0]) == {"MulticlassAccuracy", "CrossEntropy"}
+    for rank in (0, 1):  # a loader given to eval() or predict() later is checked too, on every rank
+        refused = _load(tmp_path / "fsdp" / f"rank{rank}.pt")["refused"]
+        assert [line.split(":")[0] for line in refused] == ["eval", "predict"]
+        assert all("[6, 5] batches" in line for line in refused)

@@ -39,6 +39,7 @@ from cadence._fsdp_config import FSDPSettings, parse_parallelism_config
 
 __all__ = [
     "FSDPSettings",
+    "check_even_batches",
     "is_sharded",
     "parse_parallelism_config",
     "shard_model",
@@ -198,6 +199,14 @@ def refuse_late_surgery(algorithms: list[Any]) -> None:
             )
 
 
+def check_even_batches(model: nn.Module, plan: Any, subset: int | None, default_subset: int = -1) -> None:
+    """`refuse_uneven_evaluation` for a sharded `model` (the trainer asks before every evaluation and prediction:
+    a loader passed to ``fit``, ``eval`` or ``predict`` is checked too); nothing for others. A `subset` of None
+    or -1 means `default_subset` (the trainer's ``eval_subset_num_batches``)."""
+    if is_sharded(model):
+        refuse_uneven_evaluation(plan, default_subset if subset in (None, -1) else subset)
+
+
 def refuse_uneven_evaluation(plan: Any, subset: int | None) -> None:
     """Under FSDP every forward gathers weights from all ranks, so every rank must evaluate as many batches;
     cadence's exact evaluation splits a set of 1,001 samples 501/500, which can leave one rank a batch short."""
@@ -209,8 +218,8 @@ def refuse_uneven_evaluation(plan: Any, subset: int | None) -> None:
     if len(set(counts)) > 1:
         raise ValueError(
             f"under FSDP every rank must evaluate the same number of batches (each forward gathers the weights from "
-            f"all ranks), and eval_dataloader gives the ranks {counts} batches; pass eval_subset_num_batches="
-            f"{min(counts)}, or an evaluation set whose size the ranks split into equal batch counts"
+            f"all ranks), and the loader gives the ranks {counts} batches; pass eval_subset_num_batches="
+            f"{min(counts)} (subset_num_batches= to eval() and predict()), or a set the ranks split evenly"
         )
 
 

@@ -41,7 +41,7 @@ from cadence._compilation import CompiledStep, check_compile_config, distributed
 from cadence._evaluation import run_eval, run_predict
 from cadence._microbatch_search import MicrobatchSearch
 from cadence._run_schedules import RunSchedules
-from cadence._sharding import parse_parallelism_config, shard_model
+from cadence._sharding import check_even_batches, parse_parallelism_config, shard_model
 from cadence._snapshot import seed_all
 from cadence.algorithm import Algorithm
 from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
@@ -512,6 +512,7 @@ class Trainer:
             if standalone
             else (Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL)
         )
+        check_even_batches(self.state.model, self._data.eval, subset_num_batches, self._data.eval_subset)
         self.engine.run_event(first)
         results = run_eval(self.engine, self._data.eval_batches(subset_num_batches))
         self.engine.run_event(last)
@@ -523,7 +524,8 @@ class Trainer:
         without gradients, between PREDICT_START and PREDICT_END (Composer's ``Trainer.predict``)."""
         subset = check_subset_num_batches("subset_num_batches", subset_num_batches)
         check_bool("return_outputs", return_outputs)
-        return run_predict(self.engine, limited(self._data.plan(dataloader).epoch(0), subset), return_outputs)
+        check_even_batches(self.state.model, plan := self._data.plan(dataloader), subset)  # FSDP: no rank waits
+        return run_predict(self.engine, limited(plan.epoch(0), subset), return_outputs)
 
     # Checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self) -> Path | None:
