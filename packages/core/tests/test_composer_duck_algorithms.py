@@ -184,3 +184,52 @@ def test_composers_optional_members_count_only_when_correctly_typed() -> None:
 def test_check_applicable_accepts_a_duck_typed_method() -> None:
     engine = Engine(_state([Plain("any", [])]))
     engine.check_applicable((torch.zeros(2, 4), torch.zeros(2, dtype=torch.long)))
+
+
+def test_the_trainer_trains_checkpoints_and_resumes_with_a_mock_and_a_plain_duck_typed_method(tmp_path) -> None:
+    """A Mock's truthy attributes do not switch on create_graph or surgery records; a plain object's own
+    state_dict is saved and loaded back; a Mock without one saves its repr, as Composer's default."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from cadence import Trainer
+
+    class Counting:
+        def __init__(self) -> None:
+            self.batches = 0
+
+        def match(self, event, state) -> bool:
+            return event is Event.BATCH_END
+
+        def apply(self, event, state, logger) -> None:
+            self.batches += 1
+
+        def state_dict(self) -> dict:
+            return {"batches": self.batches}
+
+        def load_state_dict(self, state: dict) -> None:
+            self.batches = state["batches"]
+
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+
+    def trainer(counting: Counting, duration: str, **kwargs) -> Trainer:
+        return Trainer(
+            model=mlp_classifier(4, 2),
+            train_dataloader=DataLoader(data, batch_size=4),
+            max_duration=duration,
+            algorithms=[Mock(**{"match.return_value": False}), counting],
+            save_folder=str(tmp_path),
+            save_interval="1ep",
+            progress_bar=False,
+            seed=0,
+            **kwargs,
+        )
+
+    first = trainer(Counting(), "1ep")
+    first.fit()
+    first.close()
+    resumed_counter = Counting()
+    second = trainer(resumed_counter, "2ep", load_path=str(tmp_path / "latest.pt"))
+    assert resumed_counter.batches == 4  # loaded from the checkpoint
+    second.fit()
+    second.close()
+    assert resumed_counter.batches == 8

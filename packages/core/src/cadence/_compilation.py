@@ -24,6 +24,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from cadence.algorithm import as_algorithm
+
 __all__ = ["CompiledStep", "check_compile_config", "distributed_module"]
 
 _NON_LEAF_GRAD_WARNING = "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed"
@@ -53,7 +55,7 @@ def distributed_module(model: nn.Module, algorithms: Sequence[Any], device: torc
     return DistributedDataParallel(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
-        find_unused_parameters=any(a.find_unused_parameters for a in algorithms),
+        find_unused_parameters=any(as_algorithm(a).find_unused_parameters for a in algorithms),
     )
 
 

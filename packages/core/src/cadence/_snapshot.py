@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from cadence import _sharded_checkpoint as sharded
 from cadence import checkpoint as ckpt
 from cadence import distributed as dist
 from cadence._sharding import is_sharded
+from cadence.algorithm import as_algorithm
 from cadence.checkpoint import CheckpointError, CheckpointNames
 from cadence.state import State
 from cadence.time import Timestamp
@@ -102,13 +104,21 @@ def _named_states(objects: list[Any]) -> list[list[Any]]:
     return [[type(obj).__qualname__, obj.state_dict()] for obj in objects]
 
 
-def _restore_named_states(objects: list[Any], saved: list[list[Any]], kind: str) -> None:
+def _algorithm_states(algorithms: list[Any]) -> list[list[Any]]:
+    """Each method's state under its own class name; a duck-typed one's through `as_algorithm` (Composer's default
+    when it has no ``state_dict``: its repr)."""
+    return [[type(obj).__qualname__, as_algorithm(obj).state_dict()] for obj in algorithms]
+
+
+def _restore_named_states(
+    objects: list[Any], saved: list[list[Any]], kind: str, view: Callable[[Any], Any] = lambda obj: obj
+) -> None:
     waiting: dict[str, list[Any]] = {}
     for obj in objects:
         waiting.setdefault(type(obj).__qualname__, []).append(obj)
     for name, state in saved:
         if waiting.get(name):
-            waiting[name].pop(0).load_state_dict(state)
+            view(waiting[name].pop(0)).load_state_dict(state)
         elif set(state) - {"repr"}:  # a stateless method saves only its repr (Composer's default)
             warnings.warn(
                 f"the checkpoint holds state for {kind} {name}, which this run does not use; ignored", stacklevel=3
@@ -138,7 +148,7 @@ def _surgeries(algorithms: list[Any]) -> list[dict[str, Any]]:
             "hparams": {k: _plain(v) for k, v in algorithm.structure_hparams().items()},
             "module": type(algorithm).__module__.split(".")[0],  # where a loading run imports it from
         }
-        for algorithm in algorithms
+        for algorithm in map(as_algorithm, algorithms)
         if algorithm.required_on_load()
     ]
 
@@ -198,7 +208,7 @@ def run_payload(
         "optimizer_types": [type(opt).__qualname__ for opt in state.optimizers],
         "schedulers": scheduler_states,
         "scaler": state.scaler.state_dict() if state.scaler is not None else None,
-        "algorithms": _named_states(state.algorithms),
+        "algorithms": _algorithm_states(state.algorithms),
         "callbacks": _named_states(state.callbacks),
         "train_metrics": _metric_states(state.built_metrics(is_train=True)),
         "surgeries": _surgeries(state.algorithms),
@@ -263,7 +273,7 @@ def restore_run(
     state.timestamp = Timestamp.from_state_dict(payload["timestamp"])
     state.rank_zero_seed = payload["rank_zero_seed"]
     state.run_name = payload["run_name"]
-    _restore_named_states(state.algorithms, payload["algorithms"], "method")
+    _restore_named_states(state.algorithms, payload["algorithms"], "method", view=as_algorithm)
     _restore_named_states(state.callbacks, payload["callbacks"], "callback")
     if payload["train_metrics"]:  # none saved: they were never built, so fresh ones are the same
         _restore_metric_states(state.train_metrics, payload["train_metrics"])

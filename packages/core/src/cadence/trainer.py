@@ -43,7 +43,7 @@ from cadence._microbatch_search import MicrobatchSearch
 from cadence._run_schedules import RunSchedules
 from cadence._sharding import check_even_batches, parse_parallelism_config, shard_model
 from cadence._snapshot import seed_all
-from cadence.algorithm import Algorithm
+from cadence.algorithm import Algorithm, as_algorithm
 from cadence.batch import batch_num_samples, batch_num_tokens, batch_to_device, split_batch
 from cadence.callback import Callback
 from cadence.engine import Engine
@@ -246,7 +246,7 @@ class Trainer:
             self._forward_module = distributed_module(model, self.state.algorithms, device_, 1 if fsdp else world_size)
             self._compiled = None if compile_ is None else CompiledStep(self._forward_module, model.loss, compile_)
             self._forward_module = self._compiled.forward if self._compiled else self._forward_module
-        self._create_graph = any(a.backwards_create_graph for a in self.state.algorithms)
+        self._create_graph = any(as_algorithm(a).backwards_create_graph for a in self.state.algorithms)
         self._first_batch_checked = False
         self._last_eval_batch = -1
         self._last_save = self._position() if start is not None and not weights_only else None
