@@ -1,11 +1,11 @@
 """Run every benchmark: start-up, trainer overhead, the harness's host time per step, the loaders alone,
-augmentation, model surgery, the compiled step."""
+augmentation, model surgery, the compiled step, memory per rank under FSDP2."""
 
 from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("startup", "overhead", "harness_step", "loader_rate", "augment", "surgery", "compiled")
+BENCHMARKS = ("startup", "overhead", "harness_step", "loader_rate", "augment", "surgery", "compiled", "sharded_memory")
 
 
 def main() -> None:
