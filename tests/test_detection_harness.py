@@ -38,7 +38,7 @@ def test_the_shapes_set_arrives_as_images_and_padded_boxes(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_cadence_bench_run_trains_evaluates_map_and_logs_to_mlflow(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import mlflow
 
@@ -49,6 +49,7 @@ def test_cadence_bench_run_trains_evaluates_map_and_logs_to_mlflow(
     argv = ["run", "detection_shapes", "--model", "cadence/retinanet_small", "--duration", "2ba", "--seeds", "1"]
     argv += ["--set", "subset=16", "--set", "eval_subset=8", "--set", "batch_size=4", "--tracking-uri", uri]
     assert main(argv) == 0
+    assert "baseline-s0: mAP@[.5:.95] 0." in capsys.readouterr().out  # the run's line reads mAP, not accuracy
     client = mlflow.MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("detection_shapes").experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"

@@ -25,6 +25,7 @@ from cadence_harness.running.data import REPO_ROOT, check_data_dir
 from cadence_harness.running.grid import parse_shard, run_grid, select_shard
 from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value
+from cadence_harness.running.recipe_checks import DATASETS
 from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.tracking import resolve_tracking_uri
 from cadence_harness.store_report import build_report
@@ -116,6 +117,8 @@ def _run_line(spec: RunSpec, result: Any) -> str:
     """One finished run in words: accuracy, training time and FLOPs, where it is logged, what data it saw."""
     final = {k.removeprefix("final/"): v for k, v in result.metrics.items()}
     accuracy = f"accuracy {100 * final['accuracy']:.2f} %, " if "accuracy" in final else ""
+    if "accuracy" in final and DATASETS.get(spec.recipe.data) == "detection":  # the quality a detector is read by
+        accuracy = f"mAP@[.5:.95] {final['accuracy']:.4f}, "
     cost = f"{final.get('train_s', float('nan')):.1f} s of training, {final.get('flops', float('nan')):.3g} FLOPs"
     return f"{spec.run_name}: {accuracy}{cost}; MLflow run {result.run_id} in experiment '{spec.experiment}'; " + (
         f"data: {result.data_source}"
