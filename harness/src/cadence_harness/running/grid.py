@@ -30,6 +30,7 @@ import torch
 from cadence.termination import RunTerminated, sigterm_raises
 from cadence_harness.records import TAG, records_file
 from cadence_harness.running.bridge import export_runs, import_records
+from cadence_harness.running.environment_check import mismatch as environment_mismatch
 from cadence_harness.running.membership import StudyMembership
 from cadence_harness.running.plan import expand
 from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
@@ -120,6 +121,13 @@ def grid_tags(recipe: Recipe, specs: list[RunSpec], command: str) -> dict[str, s
     return {f"{TAG}grid": f"{recipe.name}:{membership}", f"{TAG}command": command}
 
 
+def _here(recipe: Recipe) -> dict[str, str]:
+    """This machine's environment as a run of `recipe` would record it."""
+    from cadence_harness.running.run import environment
+
+    return environment(torch.device("cuda" if recipe.device == "gpu" else "cpu"))
+
+
 def run_grid(
     recipe: Recipe,
     *,
@@ -183,6 +191,8 @@ def run_grid(
     todo = []
     for spec in mine:
         (result.skipped if spec.config_hash in done else todo).append(spec)
+    if records is not None and (warning := environment_mismatch(records, _here(recipe), [s.config_hash for s in todo])):
+        print(warning, file=sys.stderr)
     if records is not None and result.skipped:  # runs the store holds but the records lack (a run without them)
         added = export_runs(uri, recipe.name, records, config_hashes=[s.config_hash for s in result.skipped])
         if added and progress:
