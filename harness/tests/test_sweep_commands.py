@@ -51,8 +51,10 @@ def test_a_study_from_grid_to_report_to_a_cyclic_curve_and_to_a_second_machine(
     records, out = tmp_path / "runs", tmp_path / "report"
     common = ["--tracking-uri", f"sqlite:///{tmp_path / 'a.db'}", "--records", str(records)]
     assert main(["grid", recipe, *common, "--log-dir", str(tmp_path / "logs")]) == 0
+    blocks = [(seed, b) for seed in (0, 1) for b in ("1ba", "2ba")]  # each arm in turn, reversed every other block
+    arms = ("baseline", method)
     assert in_process == [
-        f"{arm}-{b}-s{seed}" for seed in (0, 1) for b in ("1ba", "2ba") for arm in ("baseline", method)
+        f"{arm}-{b}-s{seed}" for i, (seed, b) in enumerate(blocks) for arm in (arms if i % 2 == 0 else arms[::-1])
     ]
     written = lines(records / "tiny.jsonl")
     assert [r["run_name"] for r in written] == in_process  # one line per run, appended as each finished
@@ -69,7 +71,8 @@ def test_a_study_from_grid_to_report_to_a_cyclic_curve_and_to_a_second_machine(
 
     in_process.clear()  # the cyclic curve: one run per arm and seed; the baseline's sweep is there already
     assert main(["grid", recipe, *common, "--curve", "cyclic"]) == 0
-    assert in_process == [f"{arm}-cyclic-s{seed}" for seed in (0, 1) for arm in ("baseline", method)]
+    assert in_process[:2] == ["baseline-cyclic-s0", f"{method}-cyclic-s0"]  # seed by seed (the order alternates)
+    assert sorted(in_process[2:]) == sorted(["baseline-cyclic-s1", f"{method}-cyclic-s1"])
     capsys.readouterr()
     assert main(["report", "--records", str(records), "--out", str(out)]) == 0
     text = capsys.readouterr().out
