@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 .PHONY: help install install-detection test lint fmt demo bench cards wheels new-method clean
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
 
 # Reinstalls only when a pyproject.toml changed; otherwise it is a no-op.
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(MEMBERS))
@@ -62,5 +62,5 @@ new-method: ## scaffold packages/methods/$(NAME) (e.g. make new-method NAME=stoc
 	@test -n "$(NAME)" || { echo "make new-method: give the method's folder name, e.g. make new-method NAME=stochastic_depth" >&2; exit 2; }
 	python3 packages/methods/new_method.py $(NAME)
 
-clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+clean: ## remove the virtual environments and caches
+	rm -rf $(VENV) $(DETECTION_VENV) .pytest_cache .ruff_cache
