@@ -222,12 +222,15 @@ def run_grid(
             current.clear()
         return spec, reason, time.perf_counter() - started
 
-    recorded: set[str] = set()  # config hashes whose outcome is counted (a Ctrl-C may land anywhere)
+    def counted(spec: RunSpec) -> bool:
+        """Whether `spec`'s outcome is in the result. The result's lists are the only record of it: a Ctrl-C or
+        SIGTERM may land between any two statements, and one append either happened or not."""
+        done = [*result.finished, *result.killed, *result.not_started, *(s for s, _ in result.failed)]
+        return any(s.config_hash == spec.config_hash for s in done)
 
     def record(spec: RunSpec, reason: str | None, elapsed: float) -> None:
-        if spec.config_hash in recorded:
+        if counted(spec):
             return
-        recorded.add(spec.config_hash)
         if reason is _NOT_STARTED:
             result.not_started.append(spec)
         elif reason is None:
