@@ -12,7 +12,6 @@ Needs ``mmdet`` 3.x with ``mmcv`` < 2.2: a compiled ``mmcv``, or ``mmcv-lite`` p
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import torch
 from torch import nn
 
 from cadence.models import Model
-from cadence_detection.model import _as_image_list
+from cadence_detection.model import DetectionModel, _as_image_list
 from cadence_detection.targets import unpad_targets
 
 __all__ = ["YOLOX_SIZES", "MMDetModel", "yolox"]
@@ -94,19 +93,9 @@ class MMDetModel(Model):
             for p in predictions
         ]
 
-    def get_metrics(self, is_train: bool = False) -> dict[str, Any]:
-        if is_train:
-            return {}
-        if self._val_metrics is not None:
-            return {name: copy.deepcopy(metric) for name, metric in self._val_metrics.items()}
-        from cadence_detection.metrics import DetectionMAP
-
-        return {"MeanAveragePrecision": DetectionMAP()}
-
-    def update_metric(self, batch: Any, outputs: Any, metric: Any) -> None:
-        _, targets = batch
-        predictions = [{key: value.detach() for key, value in output.items()} for output in outputs]
-        metric.update(predictions, unpad_targets(targets))
+    # COCO mAP on the same (boxes, scores, labels) predictions as a torchvision detector's: one implementation
+    get_metrics = DetectionModel.get_metrics
+    update_metric = DetectionModel.update_metric
 
     def training_procedures(self) -> list[Any]:
         from cadence_detection.methods import DetectionMethodCheck
