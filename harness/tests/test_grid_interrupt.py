@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,13 +32,19 @@ def test_ctrl_c_on_a_grid_kills_the_running_run_and_leaves_the_records_whole(
     records = tmp_path / "runs"
     command = [sys.executable, "-m", "cadence_harness", "grid", path, "--isolate", "--tracking-uri", tracking_uri]
     command += ["--records", str(records), "--log-dir", str(tmp_path / "logs")]
-    grid = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's stack (see _stop)
+    grid = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
+    )
     file = records / "tiny.jsonl"
     deadline = time.monotonic() + 420  # a busy CI machine (the suite's other worker) slows the first run a lot
     while not (file.is_file() and file.read_text().strip()) and grid.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert grid.poll() is None, "the grid ended before the test could interrupt it"
-    assert file.is_file() and file.read_text().strip(), "the first run did not finish within 420 s"
+    if not (file.is_file() and file.read_text().strip()):
+        raise AssertionError(
+            f"the first run did not finish within 420 s; where each process was:\n{_stop(grid, tmp_path)}"
+        )
     time.sleep(1.0)  # the second run's worker is starting or training
     if stop == "ctrl-c":
         os.killpg(grid.pid, signal.SIGINT)
@@ -52,3 +59,18 @@ def test_ctrl_c_on_a_grid_kills_the_running_run_and_leaves_the_records_whole(
     statuses = sorted((r.info.run_name, r.info.status) for r in runs)
     assert statuses == [("baseline-s0", "FINISHED"), ("baseline-s1", "KILLED")], statuses
     assert [r.seed for r in read_records([file])] == [0]  # the finished run, recorded at once; the killed one not
+
+
+def _stop(grid: subprocess.Popen[str], tmp_path: Path) -> str:
+    """End a grid that hung, and every process of its group, so that none outlives the test; return where each
+    was: faulthandler prints every thread's stack on SIGABRT (the worker's into its log, the grid's to stderr)."""
+    os.killpg(grid.pid, signal.SIGABRT)
+    time.sleep(3.0)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(grid.pid, signal.SIGKILL)
+    out, err = grid.communicate(timeout=60)
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("Extension modules:"))
+    logs = "\n".join(
+        f"--- {log.name}:\n{log.read_text(errors='replace')[-6000:]}" for log in (tmp_path / "logs").glob("*")
+    )
+    return f"--- grid stdout:\n{out[-3000:]}\n--- grid stderr:\n{err[-8000:]}\n{logs or '(no worker log)'}"
