@@ -61,6 +61,8 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "batch_size": args.batch_size,
         "device": args.device,
         "seeds": args.seeds,
+        "nproc": args.nproc,
+        "fsdp.sharding_strategy": args.fsdp,
     }
     return {key: value for key, value in flags.items() if value is not None}
 
@@ -96,18 +98,22 @@ def _load(args: argparse.Namespace, methods: tuple[str, ...] = (), grid: dict[st
 
 def cmd_run(args: argparse.Namespace) -> int:
     from cadence_harness.running.run import execute
+    from cadence_harness.running.scale_out import require_processes, run_launched
 
     arm = method_names(_methods(args.methods))
     recipe = _load(args, arm)
+    require_processes(recipe.nproc, recipe.device)
     for spec in (RunSpec(leaf, arm, seed, label) for seed in recipe.seeds for label, leaf in leaf_recipes(recipe, arm)):
-        result = execute(
-            spec,
-            tracking_uri=args.tracking_uri,
-            data_dir=args.data_dir,
-            download=args.download,
-            progress_bar=not args.no_progress,
-            tags={f"{TAG}command": _command()},
-        )
+        options = {"data_dir": args.data_dir, "download": args.download, "progress_bar": not args.no_progress}
+        tags = {f"{TAG}command": _command()}
+        if recipe.nproc == 1:
+            result = execute(spec, tracking_uri=args.tracking_uri, tags=tags, **options)
+        else:  # a torchrun job; rank 0 logs the run
+            try:
+                result = run_launched(spec, uri=resolve_tracking_uri(args.tracking_uri), tags=tags, **options)
+            except RuntimeError as error:
+                print(f"cadence-bench run: FAILED {error}", file=sys.stderr)
+                return 1
         print(_run_line(spec, result))
     print(f"Browse: mlflow ui --backend-store-uri {resolve_tracking_uri(args.tracking_uri)}")
     return 0
@@ -187,7 +193,7 @@ def _search(args: argparse.Namespace) -> int:
     given = [f for f in ("methods", "arms", "combination", "set", "estimate", "no_records") if getattr(args, f)]
     given += [*_flag_overrides(args), *(["shard"] if args.shard != "1/1" else [])]
     if given:
-        drop = ", ".join(f"--{flag.replace('_', '-')}" for flag in given)
+        drop = ", ".join(f"--{flag.split('.')[0].replace('_', '-')}" for flag in given)
         raise RecipeError(f"`--search` runs what the search asks for with the study's own settings; drop {drop}")
     options = {"tracking_uri": args.tracking_uri, "log_dir": args.log_dir, "data_dir": args.data_dir, "jobs": args.jobs}
     options |= {"download": args.download, "timeout_s": args.timeout, "command": _command()}
@@ -268,6 +274,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     tags = dict(pair.split("=", 1) for pair in args.tag)
     options = {"data_dir": args.data_dir, "download": args.download, "microbatch_size": args.microbatch_size}
+    options["progress_bar"] = args.progress
     return run_worker(
         Path(args.spec), tracking_uri=args.tracking_uri, tags=tags, run_id_file=args.run_id_file, **options
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from cadence_harness.running.scale_out import FSDP_STRATEGIES
+
 __all__ = ["build_parser"]
 
 DESCRIPTION = (
@@ -55,6 +57,22 @@ def _recipe_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--device", choices=["cpu", "gpu"])
     parser.add_argument("--seeds", type=int, help="number of seeds (0, 1, ..., N-1)")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="train each run on N processes launched with torchrun (CPU: gloo; gpu: N GPUs, NCCL); batch_size is "
+        "the global batch, split across them; DDP unless --fsdp",
+    )
+    parser.add_argument(
+        "--fsdp",
+        nargs="?",
+        const="FULL_SHARD",
+        choices=FSDP_STRATEGIES,
+        metavar="STRATEGY",
+        help="shard the model with FSDP2 (Trainer parallelism_config={'fsdp': ...}) instead of DDP; optional "
+        f"sharding_strategy: {', '.join(FSDP_STRATEGIES)} (default FULL_SHARD); more options: --set fsdp.KEY=VALUE",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,5 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--run-id-file")
     worker.add_argument("--microbatch-size", type=int)
     worker.add_argument("--tag", action="append", default=[])
+    worker.add_argument("--progress", action="store_true")
     _common(worker)
     return parser

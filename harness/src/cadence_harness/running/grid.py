@@ -43,6 +43,7 @@ from cadence_harness.running.runners import (
     warm_up_process,
 )
 from cadence_harness.running.runspec import RunSpec, config_hash
+from cadence_harness.running.scale_out import require_processes
 from cadence_harness.running.tracking import finished_config_hashes, resolve_tracking_uri
 
 __all__ = ["GridResult", "check_arms", "parse_shard", "run_grid", "select_shard"]
@@ -159,15 +160,24 @@ def run_grid(
     concurrent runs share the CPU (and GPU) and slow each other down.
 
     `isolate`: one process per run (True) or every run in this process (False); None chooses in-process
-    on a GPU and isolation on CPU. `timeout_s` and `jobs` > 1 need processes, so they isolate.
+    on a GPU and isolation on CPU. A recipe's ``nproc`` > 1 runs each run as a torchrun job (isolated).
+    `timeout_s` and `jobs` > 1 need processes, so they isolate.
     `time_limit_s`: no run starts once that many seconds have passed (the rest stay for the next call).
     """
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} must be an int >= 1")
     if time_limit_s is not None and not time_limit_s > 0:
         raise ValueError(f"time_limit_s={time_limit_s!r} must be > 0 seconds")
+    if recipe.nproc > 1 and isolate is False:
+        raise RecipeError(
+            f"`nproc` = {recipe.nproc}: each run is a torchrun job of {recipe.nproc} processes, which an in-process "
+            "grid cannot start; drop --in-process (runs with --nproc are isolated) or --nproc"
+        )
+    if recipe.nproc > 1 and recipe.device == "gpu" and jobs > 1:
+        raise RecipeError(f"`--jobs` = {jobs} with --nproc {recipe.nproc} on GPUs: every job would take GPUs 0 to "
+                          f"{recipe.nproc - 1}; drop --jobs")  # fmt: skip
     if isolate is None:
-        isolate = recipe.device != "gpu" or timeout_s is not None or jobs > 1
+        isolate = recipe.device != "gpu" or timeout_s is not None or jobs > 1 or recipe.nproc > 1
     elif not isolate and (timeout_s is not None or jobs > 1):
         raise ValueError(
             "in-process runs cannot be timed out or run in parallel; drop --timeout/--jobs or --in-process"
@@ -175,6 +185,7 @@ def run_grid(
     from tqdm.auto import tqdm
 
     require_device(recipe.device)
+    require_processes(recipe.nproc, recipe.device)
     specs = expand(recipe)
     mine = select_shard(specs, *shard)
     check_arms(recipe, mine, data_dir, download)  # before anything is written anywhere

@@ -172,6 +172,10 @@ class TensorLoader:
         lengths: per-sample token counts (on the CPU); text batches are trimmed to their longest
             sample, read from this host copy so trimming costs no device synchronisation.
         channels_last: hand image batches to the model in channels_last memory format.
+        rank, world_size: with ``world_size`` > 1 (torchrun), this process's share of every batch: each
+            batch of `batch_size` is cut from the same order on every rank, and rank ``r`` yields its
+            ``r``-th of ``world_size`` near-equal contiguous parts (`batch_size / world_size` samples of
+            a full batch), so the ranks together see each batch once; augmentations draw per rank.
     """
 
     def __init__(
@@ -186,6 +190,8 @@ class TensorLoader:
         keys: tuple[str, ...] | None = None,
         lengths: torch.Tensor | None = None,
         channels_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
     ):
         sizes = {t.shape[0] for t in tensors}
         if len(sizes) != 1:
@@ -202,6 +208,9 @@ class TensorLoader:
         self.keys = keys
         self.lengths = lengths
         self.channels_last = channels_last
+        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
+            raise ValueError(f"rank={rank!r}, world_size={world_size!r}: need ints with 0 <= rank < world_size")
+        self.rank, self.world_size = rank, world_size
         self.epoch = 0
         self._epoch_now = 0  # the epoch being yielded (`epoch` already counts it once it started)
         self.device = tensors[0].device
@@ -210,7 +219,8 @@ class TensorLoader:
     def __len__(self) -> int:
         if self.drop_last:
             return self.num_samples // self.batch_size
-        return -(-self.num_samples // self.batch_size)
+        short = self.num_samples % self.batch_size  # a short last batch: ranks past its size get no share of it
+        return self.num_samples // self.batch_size + (short > self.rank if self.world_size > 1 else short > 0)
 
     def _order(self) -> torch.Tensor:
         if not self.shuffle:
@@ -223,18 +233,28 @@ class TensorLoader:
         self.epoch += 1
         for start in range(0, len(self) * self.batch_size, self.batch_size):
             stop = start + self.batch_size
-            yield self._batch(order[start:stop], device_order[start:stop])
+            if self.world_size > 1:
+                yield self._batch(*self._share(order[start:stop], device_order[start:stop]))
+            else:
+                yield self._batch(order[start:stop], device_order[start:stop])
+
+    def _share(self, index: torch.Tensor, device_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's contiguous part of a batch (views: no copy, no sync)."""
+        size, extra = divmod(len(index), self.world_size)  # the first `extra` ranks take one sample more
+        start = self.rank * size + min(self.rank, extra)
+        stop = start + size + (self.rank < extra)
+        return index[start:stop], device_index[start:stop]
 
     def _start_epoch(self) -> torch.Tensor:
         """The epoch's sample order; the augmentation generator restarts from the epoch's seed."""
-        self._generator.manual_seed(self.seed * 7919 + self.epoch)
+        self._generator.manual_seed((self.seed * 7919 + self.epoch) * self.world_size + self.rank)
         self._epoch_now = self.epoch
         return self._order()
 
     def peek(self) -> Any:
         """The first batch the next epoch will yield, without advancing anything (for checks before training)."""
         index = self._start_epoch()[: self.batch_size]
-        return self._batch(index, _to_device(index, self.device))
+        return self._batch(*self._share(index, _to_device(index, self.device)))
 
     def _batch(self, index: torch.Tensor, device_index: torch.Tensor) -> Any:
         """The batch of samples `index` (host copy, for lengths) / `device_index` (the same on the device)."""

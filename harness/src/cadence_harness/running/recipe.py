@@ -67,6 +67,7 @@ from cadence_harness.running.recipe_checks import (
     normalise_seeds,
     unknown_key,
 )
+from cadence_harness.running.scale_out import check_scale_out
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -124,7 +125,9 @@ class Recipe:
     channels_last: bool = False
     compile: bool = False
     warmup_batches: int = 0
-    device_train_microbatch_size: int | None = None
+    device_train_microbatch_size: int | None = None  # per process
+    nproc: int = 1  # processes (torchrun) that train each run: see `scale_out`
+    fsdp: dict[str, Any] | None = None  # FSDP2's options (Trainer's parallelism_config["fsdp"]); None: DDP
     seeds: tuple[int, ...] = (0,)
     target_accuracy: float | None = None
     optimizer: dict[str, Any] = field(default_factory=lambda: {"name": "sgd", "lr": 0.1})
@@ -210,6 +213,7 @@ def parse_recipe(values: Mapping[str, Any], source: str = "") -> Recipe:
     values = dict(values)
     durations = check_budgets(values)  # a sweep also sets `duration` (its longest budget)
     check_types(values)
+    check_scale_out(values)
     check_time("duration", values["duration"], (TimeUnit.EPOCH, TimeUnit.BATCH, TimeUnit.SAMPLE))
     check_time("eval_interval", values.get("eval_interval", "1ep"), (TimeUnit.EPOCH, TimeUnit.BATCH))
     try:

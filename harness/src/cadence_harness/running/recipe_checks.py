@@ -84,7 +84,7 @@ AUGMENTS = ("none", "flip", "flip_crop", "alt_flip_translate")
 OPTIMIZER_EXTRAS = ("norm_lr_scale", "lookahead")
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
 REQUIRED = ("name", "model", "data", "duration")
-TABLES = ("model_kwargs", "optimizer", "schedule", "methods", "grid")
+TABLES = ("model_kwargs", "optimizer", "schedule", "methods", "grid", "fsdp")
 
 
 class RecipeError(ValueError):
@@ -191,7 +191,7 @@ def check_types(values: Mapping[str, Any]) -> None:
         if key in values and (not isinstance(values[key], str) or (key != "description" and not values[key])):
             raise fail(key, values[key], "must be a non-empty string")
     for key in TABLES:
-        if key in values and not isinstance(values[key], Mapping):
+        if key in values and not isinstance(values[key], Mapping) and not (key == "fsdp" and values[key] is None):
             raise fail(key, values[key], "must be a table, e.g. [optimizer] or {lr = 0.1}")
     check_int("batch_size", values.get("batch_size", 1))
     for key in ("subset", "eval_subset", "eval_batch_size", "device_train_microbatch_size"):

@@ -13,7 +13,6 @@ is closed.
 from __future__ import annotations
 
 import json
-import platform
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import torch
 
 import cadence
-from cadence import Algorithm
+from cadence import Algorithm, distributed
 from cadence.termination import RunTerminated
 from cadence_harness.running import data as datasets
 from cadence_harness.running import loaders, resident, text_loaders
@@ -32,8 +31,10 @@ from cadence_harness.running.method_table import base_method
 from cadence_harness.running.models import build_image_model, build_text_model
 from cadence_harness.running.optimizer import build_optimizer, optimizer_procedures
 from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
+from cadence_harness.running.provenance import environment, git_sha
 from cadence_harness.running.recipe import Recipe, build_algorithm
 from cadence_harness.running.runspec import RunSpec
+from cadence_harness.running.scale_out import check_world, parallelism_config, sharding
 from cadence_harness.running.text_tokenizers import build_tokenizer
 from cadence_harness.running.timing import RunTimer
 
@@ -58,92 +59,6 @@ class RunResult:
     run_id: str
     metrics: dict[str, float]
     data_source: str = ""  # where the data came from (a file, a download, a generator)
-
-
-def _git_dirs(folder: Path) -> tuple[Path, Path] | None:
-    """(the folder holding HEAD, the one holding refs) of a checkout at `folder`: ``.git`` itself, or for a
-    worktree (``.git`` is a file ``gitdir: ...``) its own folder and the main repository's."""
-    dot = folder / ".git"
-    if dot.is_dir():
-        return dot, dot
-    if not dot.is_file() or not dot.read_text().startswith("gitdir:"):
-        return None
-    own = (folder / dot.read_text().split(":", 1)[1].strip()).resolve()
-    common = own / "commondir"
-    return own, (own / common.read_text().strip()).resolve() if common.is_file() else own
-
-
-def git_sha(start: Path | None = None) -> str:
-    """The commit checked out in the repository holding this file, read from ``.git`` (no git needed)."""
-    folder = (start or Path(__file__)).resolve()
-    for parent in [folder, *folder.parents]:
-        dirs = _git_dirs(parent)
-        if dirs is None or not (dirs[0] / "HEAD").is_file():
-            continue
-        ref = (dirs[0] / "HEAD").read_text().strip()
-        if not ref.startswith("ref:"):
-            return ref
-        name = ref.split(" ", 1)[1]
-        loose = dirs[1] / name
-        if loose.is_file():
-            return loose.read_text().strip()
-        packed = dirs[1] / "packed-refs"
-        if packed.is_file():
-            for line in packed.read_text().splitlines():
-                if line.endswith(" " + name):
-                    return line.split(" ", 1)[0]
-        return "unknown"
-    return "unknown"
-
-
-def _version(module: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(module)
-    except PackageNotFoundError:
-        return "not installed"
-
-
-def environment(device: torch.device) -> dict[str, str]:
-    """The machine and software a run ran on (logged as params, so results can be compared honestly)."""
-    env = {
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
-        "cpu_threads": str(torch.get_num_threads()),
-        "python": platform.python_version(),
-        "versions.torch": torch.__version__,
-        "versions.cadence": cadence.__version__,
-        "versions.cadence_harness": _version("cadence-harness"),
-        "git_sha": git_sha(),
-    }
-    for package in ("torchvision", "timm", "transformers"):
-        env[f"versions.{package}"] = _version(package)
-    if device.type == "cuda":
-        env["versions.cuda"] = str(torch.version.cuda)
-        env["cuda_driver"] = _driver_version()
-    return env
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _driver_version() -> str:
-    try:
-        import subprocess
-
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
-        )
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
-    except (OSError, IndexError):
-        return "unknown"
 
 
 def params_of(spec: RunSpec, algorithms: list[Algorithm]) -> dict[str, Any]:
@@ -181,7 +96,9 @@ class RunLoaders:
 
 
 def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | None, download: bool) -> RunLoaders:
-    """The recipe's dataset and its loaders: image batches ``(images, labels)``, text batches dicts."""
+    """The recipe's dataset and its loaders: image batches ``(images, labels)``, text batches dicts; under torchrun,
+    this rank's share of each (global) batch (`scale_out`)."""
+    shard = {"rank": distributed.get_rank(), "world_size": distributed.get_world_size()}
     dataset = resident.load_dataset(
         recipe.data, data_dir=data_dir, subset=recipe.subset, eval_subset=recipe.eval_subset, download=download
     )
@@ -191,7 +108,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
         tokenizer = build_tokenizer(recipe.model, dataset.train_text, vocab_size)
         if recipe.task == "causal_lm":
             train, evaluate = (
-                _language_loader(tokenizer, texts, recipe, device, seed, batch_size, train)
+                _language_loader(tokenizer, texts, recipe, device, seed, batch_size, train, shard)
                 for texts, batch_size, train in (
                     (dataset.train_text, recipe.batch_size, True),
                     (dataset.test_text, eval_batch_size, False),
@@ -199,28 +116,29 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
             )
             return RunLoaders(train, evaluate, dataset, tokenizer)
         train, evaluate = (
-            _text_loader(tokenizer, texts, labels, recipe, device, seed, batch_size, train)
+            _text_loader(tokenizer, texts, labels, recipe, device, seed, batch_size, train, shard)
             for texts, labels, batch_size, train in (
                 (dataset.train_text, dataset.train_y, recipe.batch_size, True),
                 (dataset.test_text, dataset.test_y, eval_batch_size, False),
             )
         )
         return RunLoaders(train, evaluate, dataset, tokenizer)
-    if recipe.loader == "dataloader":
+    if recipe.loader == "dataloader":  # per-rank batches: the Trainer's sampler shards a DataLoader
         train = loaders.image_dataloader(
             dataset.train_x,
             dataset.train_y,
-            batch_size=recipe.batch_size,
+            batch_size=recipe.batch_size // shard["world_size"],
             train=True,
             augment=recipe.augment,
             num_workers=recipe.num_workers,
         )
         evaluate = loaders.image_dataloader(
-            dataset.test_x, dataset.test_y, batch_size=eval_batch_size, train=False, augment="none", num_workers=0
-        )
+            dataset.test_x, dataset.test_y, batch_size=max(1, eval_batch_size // shard["world_size"]), train=False,
+            augment="none", num_workers=0,
+        )  # fmt: skip
         return RunLoaders(train, evaluate, dataset)
     augment = loaders.make_augment(recipe.augment, int(dataset.train_x.shape[-1]), seed)
-    common = {"seed": seed, "channels_last": recipe.channels_last}
+    common = {"seed": seed, "channels_last": recipe.channels_last, **shard}
     train = loaders.TensorLoader(
         resident.on_device((dataset.train_x, dataset.train_y), device),
         batch_size=recipe.batch_size,
@@ -247,19 +165,28 @@ def _text_loader(
     seed: int,
     batch_size: int,
     train: bool,
+    shard: dict[str, int],
 ) -> loaders.TensorLoader:
     return text_loaders.text_loader(
         tokenizer, texts, labels, max_length=recipe.max_length, device=device, seed=seed, batch_size=batch_size,
-        train=train,
+        train=train, **shard,
     )  # fmt: skip
 
 
 def _language_loader(
-    tokenizer: Any, texts: list[str], recipe: Recipe, device: torch.device, seed: int, batch_size: int, train: bool
+    tokenizer: Any,
+    texts: list[str],
+    recipe: Recipe,
+    device: torch.device,
+    seed: int,
+    batch_size: int,
+    train: bool,
+    shard: dict[str, int],
 ) -> loaders.TensorLoader:
     return text_loaders.language_loader(
-        tokenizer, texts, block_size=recipe.max_length, device=device, seed=seed, batch_size=batch_size, train=train
-    )
+        tokenizer, texts, block_size=recipe.max_length, device=device, seed=seed, batch_size=batch_size, train=train,
+        **shard,
+    )  # fmt: skip
 
 
 def build_model(recipe: Recipe, data: RunLoaders) -> Any:
@@ -334,7 +261,10 @@ def execute(
     failure in between (logging the params, the Trainer's argument checks) is recorded here.
     """
     recipe = spec.recipe
+    check_world(recipe.nproc)  # nproc > 1 runs under cadence-bench's torchrun, one process per rank
     device = require_device(recipe.device)
+    rank, world_size = distributed.initialize_from_environment(device)  # gloo on CPU, NCCL on GPUs
+    device = distributed.local_device(device)
     torch.backends.cudnn.benchmark = device.type == "cuda"  # autotuned convolutions; each shape's tuning is warm-up
     algorithms = build_algorithms(spec)
     check_arm_composition(spec.arm, algorithms)
@@ -354,10 +284,11 @@ def execute(
 
     mlflow_logger = _mlflow_logger(spec, tracking_uri, dict(tags or {}))
     try:
-        if run_id_file is not None:
+        if run_id_file is not None and rank == 0:  # only rank 0 has a run (the logger is inert on the others)
             Path(run_id_file).write_text(mlflow_logger.run_id)
+        scale = {"world_size": world_size, "sharding": sharding(recipe.fsdp, world_size)}
         mlflow_logger.log_hyperparameters(
-            {**params_of(spec, algorithms), **environment(device), "data_source": data.dataset.source}
+            {**params_of(spec, algorithms), **environment(device), **scale, "data_source": data.dataset.source}
         )
         _log_config(mlflow_logger, spec)
         trainer = cadence.Trainer(
@@ -378,6 +309,7 @@ def execute(
             run_name=spec.run_name,
             progress_bar=progress_bar,
             compile_config={} if recipe.compile else None,  # forward and loss; the model stays uncompiled
+            parallelism_config=parallelism_config(recipe.fsdp),  # FSDP2, else DDP when world_size > 1
         )
     except BaseException as error:  # no Trainer owns the run yet (if its __init__ did finish it, this is a no-op)
         mlflow_logger.finish(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 
 from cadence_harness.records import TAG
 from cadence_harness.running.runspec import RunSpec
+from cadence_harness.running.scale_out import launcher
 from cadence_harness.running.tracking import mark_failed
 
 __all__ = [
@@ -85,8 +85,11 @@ class Interruption:
                 self._workers.discard(worker)
 
 
-def _worker_command(spec_file: Path, uri: str, id_file: Path, options: dict[str, str | None]) -> list[str]:
-    command = [sys.executable, "-m", "cadence_harness", "worker", str(spec_file), "--tracking-uri", uri]
+def _worker_command(
+    spec_file: Path, uri: str, id_file: Path, options: dict[str, str | None], nproc: int = 1
+) -> list[str]:
+    """The worker's command line: ``python -m cadence_harness worker ...``, through torchrun when `nproc` > 1."""
+    command = [*launcher(nproc), "worker", str(spec_file), "--tracking-uri", uri]
     command += ["--run-id-file", str(id_file)]
     for flag, value in options.items():
         if value is not None:
@@ -103,6 +106,7 @@ def run_worker(
     data_dir: str | None = None,
     download: bool = False,
     microbatch_size: int | None = None,
+    progress_bar: bool = False,
 ) -> int:
     """The worker process's side of `run_one_in_subprocess` (``cadence_harness worker``): one run of a
     grid. Returns the exit code: 0, `OOM_EXIT_CODE` when the run ran out of memory, else 1."""
@@ -116,7 +120,7 @@ def run_worker(
             tracking_uri=tracking_uri,
             data_dir=data_dir,
             download=download,
-            progress_bar=False,
+            progress_bar=progress_bar,
             tags=tags,
             run_id_file=run_id_file,
             microbatch_size=microbatch_size,
@@ -219,7 +223,7 @@ def run_one_in_subprocess(
                 "--download": "" if download else None,
                 "--microbatch-size": str(microbatch) if microbatch else None,
             }
-            command = _worker_command(spec_file, uri, id_file, options)
+            command = _worker_command(spec_file, uri, id_file, options, spec.recipe.nproc)
             for key, value in tags.items():
                 command += ["--tag", f"{key}={value}"]
             id_file.unlink(missing_ok=True)

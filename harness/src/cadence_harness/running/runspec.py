@@ -19,6 +19,7 @@ from typing import Any
 from cadence_harness.records import TAG
 from cadence_harness.running.method_table import base_method
 from cadence_harness.running.recipe import Recipe
+from cadence_harness.running.scale_out import identity
 
 __all__ = ["RunSpec", "arm_name", "config_hash"]
 
@@ -70,8 +71,8 @@ class RunSpec:
         return settings
 
     def group_config(self) -> dict[str, Any]:
-        """Everything that defines the arm, except the seed."""
-        config = {k: v for k, v in self.recipe.to_dict().items() if k not in _NOT_IDENTITY}
+        """Everything that defines the arm, except the seed (``nproc`` and ``fsdp`` only when set: `scale_out`)."""
+        config = identity({k: v for k, v in self.recipe.to_dict().items() if k not in _NOT_IDENTITY})
         config["precision"] = self.recipe.resolved_precision
         config["methods"] = [{"name": name, **kwargs} for name, kwargs in self.method_kwargs()]
         return config

@@ -102,7 +102,7 @@ class LengthBucketLoader(TensorLoader):
         lengths: tokens per sample, on the CPU.
         multiple: batch widths are multiples of this (capped at L).
         pool_batches: batches per pool of samples sorted by length (larger: less padding, less mixing).
-        batch_size, shuffle, drop_last, seed: as `TensorLoader`.
+        batch_size, shuffle, drop_last, seed, rank, world_size: as `TensorLoader`.
     """
 
     def __init__(
@@ -117,6 +117,8 @@ class LengthBucketLoader(TensorLoader):
         seed: int = 0,
         multiple: int = GRID_MULTIPLE,
         pool_batches: int = POOL_BATCHES,
+        rank: int = 0,
+        world_size: int = 1,
     ):
         for name, value in (("multiple", multiple), ("pool_batches", pool_batches)):
             if not isinstance(value, int) or value < 1:
@@ -127,8 +129,9 @@ class LengthBucketLoader(TensorLoader):
                 f"shape {tuple(lengths.shape)} on {lengths.device}"
             )
         super().__init__(
-            tensors, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, keys=keys, lengths=lengths
-        )
+            tensors, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed, keys=keys, lengths=lengths,
+            rank=rank, world_size=world_size,
+        )  # fmt: skip
         self.multiple, self.pool_batches = multiple, pool_batches
         self.width = max(t.shape[1] for t in tensors if t.ndim == 2)
 
@@ -169,6 +172,8 @@ def text_loader(
     seed: int,
     batch_size: int,
     train: bool,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> LengthBucketLoader:
     """Classification batches ``{input_ids, attention_mask[, token_type_ids], labels}`` batched by length."""
     encoded = encoded_texts(tokenizer, texts, max_length)
@@ -180,6 +185,8 @@ def text_loader(
         shuffle=train,
         drop_last=train,
         seed=seed,
+        rank=rank,
+        world_size=world_size,
     )
 
 
@@ -192,6 +199,8 @@ def language_loader(
     seed: int,
     batch_size: int,
     train: bool,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> TensorLoader:
     """Language-modelling batches of full blocks (one shape, no padding: nothing to bucket)."""
     blocks = language_blocks(tokenizer, texts, block_size)
@@ -202,4 +211,6 @@ def language_loader(
         drop_last=train,
         seed=seed,
         keys=tuple(blocks),
+        rank=rank,
+        world_size=world_size,
     )

@@ -1,0 +1,99 @@
+"""Where a run ran: the machine, the software and the commit, logged with every run as params so results are
+compared honestly (`cadence_harness.running.run` logs them; a grid compares them with its records')."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import torch
+
+import cadence
+
+__all__ = ["environment", "git_sha"]
+
+
+def _git_dirs(folder: Path) -> tuple[Path, Path] | None:
+    """(the folder holding HEAD, the one holding refs) of a checkout at `folder`: ``.git`` itself, or for a
+    worktree (``.git`` is a file ``gitdir: ...``) its own folder and the main repository's."""
+    dot = folder / ".git"
+    if dot.is_dir():
+        return dot, dot
+    if not dot.is_file() or not dot.read_text().startswith("gitdir:"):
+        return None
+    own = (folder / dot.read_text().split(":", 1)[1].strip()).resolve()
+    common = own / "commondir"
+    return own, (own / common.read_text().strip()).resolve() if common.is_file() else own
+
+
+def git_sha(start: Path | None = None) -> str:
+    """The commit checked out in the repository holding this file, read from ``.git`` (no git needed)."""
+    folder = (start or Path(__file__)).resolve()
+    for parent in [folder, *folder.parents]:
+        dirs = _git_dirs(parent)
+        if dirs is None or not (dirs[0] / "HEAD").is_file():
+            continue
+        ref = (dirs[0] / "HEAD").read_text().strip()
+        if not ref.startswith("ref:"):
+            return ref
+        name = ref.split(" ", 1)[1]
+        loose = dirs[1] / name
+        if loose.is_file():
+            return loose.read_text().strip()
+        packed = dirs[1] / "packed-refs"
+        if packed.is_file():
+            for line in packed.read_text().splitlines():
+                if line.endswith(" " + name):
+                    return line.split(" ", 1)[0]
+        return "unknown"
+    return "unknown"
+
+
+def _version(module: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(module)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def environment(device: torch.device) -> dict[str, str]:
+    """The machine and software a run ran on (logged as params, so results can be compared honestly)."""
+    env = {
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
+        "cpu_threads": str(torch.get_num_threads()),
+        "python": platform.python_version(),
+        "versions.torch": torch.__version__,
+        "versions.cadence": cadence.__version__,
+        "versions.cadence_harness": _version("cadence-harness"),
+        "git_sha": git_sha(),
+    }
+    for package in ("torchvision", "timm", "transformers"):
+        env[f"versions.{package}"] = _version(package)
+    if device.type == "cuda":
+        env["versions.cuda"] = str(torch.version.cuda)
+        env["cuda_driver"] = _driver_version()
+    return env
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _driver_version() -> str:
+    try:
+        import subprocess
+
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        )
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, IndexError):
+        return "unknown"

@@ -1,0 +1,146 @@
+"""One run on several processes: ``nproc`` (``--nproc N``) launches it through ``torchrun`` (gloo on CPU, NCCL on GPUs)
+and ``fsdp`` (``--fsdp``) shards the model with FSDP2 instead of replicating it with DDP.
+
+A recipe's ``batch_size`` is the *global* batch: each of the N processes trains on its own 1/N of every
+batch (`cadence_harness.running.loaders.TensorLoader` slices the same global order on every rank; a
+``DataLoader`` gets ``batch_size / N`` and the Trainer's sampler shards it), and DDP averages the
+gradients, so N processes compute what one process computes with the whole batch (up to floating point,
+and except what depends on the per-process batch: BatchNorm's statistics, per-batch randomness).
+``eval_batch_size`` is global too; evaluation splits every sample once across the ranks and the
+metrics are gathered from all of them. ``device_train_microbatch_size`` is per process.
+
+Only rank 0 creates and logs the MLflow run; its params say ``world_size`` and ``sharding`` (``none``,
+``ddp`` or ``fsdp:<strategy>``). ``nproc`` and ``fsdp`` are part of a run's identity when set (a 2-process
+run is another configuration than a 1-process one: other timings, other BatchNorm statistics), and left
+out of it at their defaults, so the identities of 1-process runs are unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cadence_harness.running.recipe_checks import RecipeError, check_int, fail
+
+__all__ = [
+    "FSDP_STRATEGIES",
+    "check_scale_out",
+    "check_world",
+    "launcher",
+    "parallelism_config",
+    "require_processes",
+    "run_launched",
+    "sharding",
+]
+
+FSDP_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+DEFAULTS: dict[str, Any] = {"nproc": 1, "fsdp": None}  # left out of a run's identity when at these values
+
+
+def check_scale_out(values: dict[str, Any]) -> None:
+    """Check ``nproc`` and ``fsdp`` of a recipe's values (before anything runs); fills in ``fsdp``'s strategy."""
+    nproc = values.get("nproc", 1)
+    check_int("nproc", nproc)
+    batch_size = values.get("batch_size", 128)
+    if isinstance(batch_size, int) and batch_size % nproc:
+        raise fail(
+            "batch_size",
+            batch_size,
+            f"is the global batch, split evenly across nproc = {nproc} processes; use a multiple of {nproc} "
+            f"(e.g. {batch_size - batch_size % nproc or nproc}) or another --nproc",
+        )
+    microbatch = values.get("device_train_microbatch_size")
+    if isinstance(microbatch, int) and isinstance(batch_size, int) and microbatch > batch_size // nproc:
+        raise fail(
+            "device_train_microbatch_size",
+            microbatch,
+            f"is per process, and each of the {nproc} processes trains on {batch_size // nproc} samples of a batch; "
+            f"use at most {batch_size // nproc}",
+        )
+    fsdp = values.get("fsdp")
+    if fsdp is None:
+        return
+    if not isinstance(fsdp, Mapping):
+        raise fail("fsdp", fsdp, "must be a table of FSDP options ({} for the defaults), e.g. [fsdp] or --fsdp")
+    strategy = fsdp.get("sharding_strategy", "FULL_SHARD")
+    if strategy not in FSDP_STRATEGIES:
+        raise fail("fsdp.sharding_strategy", strategy, f"must be one of {', '.join(map(repr, FSDP_STRATEGIES))}")
+    values["fsdp"] = {**fsdp, "sharding_strategy": strategy}  # one spelling per configuration: one identity
+
+
+def identity(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` without ``nproc`` and ``fsdp`` where they are at their defaults (one process, DDP or none)."""
+    return {k: v for k, v in config.items() if not (k in DEFAULTS and v == DEFAULTS[k])}
+
+
+def sharding(fsdp: Mapping[str, Any] | None, world_size: int) -> str:
+    """How the model is spread: ``none`` (one process), ``ddp`` (replicated), ``fsdp:<strategy>``."""
+    if fsdp is not None:
+        return f"fsdp:{fsdp.get('sharding_strategy', 'FULL_SHARD')}"
+    return "ddp" if world_size > 1 else "none"
+
+
+def parallelism_config(fsdp: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The Trainer's ``parallelism_config`` for a recipe's ``fsdp`` table (None: DDP)."""
+    return None if fsdp is None else {"fsdp": dict(fsdp)}
+
+
+def require_processes(nproc: int, device: str) -> None:
+    """Refuse, before anything runs, ``nproc`` processes this machine cannot give: one GPU each on ``gpu``."""
+    if device == "gpu" and nproc > torch.cuda.device_count():
+        raise RecipeError(
+            f"`nproc` = {nproc}: each process trains on a GPU of its own and this machine has "
+            f"{torch.cuda.device_count()}; use --nproc {max(torch.cuda.device_count(), 1)} or fewer"
+        )
+
+
+def check_world(nproc: int) -> None:
+    """A run of ``nproc`` processes runs under a torchrun of that many (``WORLD_SIZE``); cadence-bench starts it."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world != nproc:
+        raise RecipeError(
+            f"`nproc` = {nproc}, but this process is one of {world} (WORLD_SIZE): run it through "
+            f"`cadence-bench run/grid ... --nproc {world}`, which launches torchrun itself"
+        )
+
+
+def launcher(nproc: int) -> list[str]:
+    """The command that starts ``python -m cadence_harness ...`` as `nproc` processes (one, without torchrun)."""
+    if nproc == 1:
+        return [sys.executable, "-m", "cadence_harness"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    return [*torchrun, "-m", "cadence_harness"]
+
+
+def run_launched(
+    spec: Any, *, uri: str, tags: dict[str, str], data_dir: str | None, download: bool, progress_bar: bool
+) -> Any:
+    """``cadence-bench run --nproc N``: one run of `spec` as a torchrun job whose output is this console's;
+    returns its `RunResult`, read back from MLflow (rank 0's run). A job that fails raises `RuntimeError`,
+    its run recorded FAILED."""
+    from cadence_harness.running.run import RunResult
+    from cadence_harness.running.tracking import client, mark_failed
+
+    with tempfile.TemporaryDirectory() as folder:
+        spec_file, id_file = Path(folder) / "spec.json", Path(folder) / "run_id"
+        spec_file.write_text(spec.to_json())
+        command = [*launcher(spec.recipe.nproc), "worker", str(spec_file), "--tracking-uri", uri]
+        command += ["--run-id-file", str(id_file), *(["--progress"] if progress_bar else [])]
+        command += [*(["--data-dir", data_dir] if data_dir else []), *(["--download"] if download else [])]
+        command += [arg for key, value in tags.items() for arg in ("--tag", f"{key}={value}")]
+        code = subprocess.run(command).returncode
+        run_id = id_file.read_text().strip() if id_file.is_file() else None
+    if code != 0:
+        reason = f"the torchrun job of {spec.recipe.nproc} processes exited with code {code} (its output is above)"
+        mark_failed(uri, run_id=run_id, experiment=spec.experiment, run_name=spec.run_name,
+                    tags={**spec.tags(), **tags}, error=reason)  # fmt: skip
+        raise RuntimeError(f"{spec.run_name}: {reason}")
+    run = client(uri).get_run(run_id)
+    return RunResult(run_id, dict(run.data.metrics), run.data.params.get("data_source", ""))
