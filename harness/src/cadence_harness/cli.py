@@ -98,7 +98,8 @@ def _load(args: argparse.Namespace, methods: tuple[str, ...] = (), grid: dict[st
 
 def cmd_run(args: argparse.Namespace) -> int:
     from cadence_harness.running.run import execute
-    from cadence_harness.running.scale_out import require_processes, run_launched
+    from cadence_harness.running.runners import run_launched
+    from cadence_harness.running.scale_out import require_processes
 
     arm = method_names(_methods(args.methods))
     recipe = _load(args, arm)

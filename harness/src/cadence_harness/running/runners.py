@@ -26,6 +26,7 @@ __all__ = [
     "KILLED",
     "OOM_EXIT_CODE",
     "Interruption",
+    "run_launched",
     "run_one_in_process",
     "run_one_in_subprocess",
     "run_worker",
@@ -255,6 +256,33 @@ def run_one_in_subprocess(
             if microbatch < 1:
                 return reason
             tags = {**tags, f"{TAG}oom_retry_microbatch": str(microbatch)}
+
+
+def run_launched(
+    spec: RunSpec, *, uri: str, tags: dict[str, str], data_dir: str | None, download: bool, progress_bar: bool
+) -> Any:
+    """``cadence-bench run --nproc N``: one run of `spec` as a torchrun job whose output is this console's;
+    returns its `RunResult`, read back from MLflow (rank 0's run). A job that fails raises `RuntimeError`,
+    its run recorded FAILED."""
+    from cadence_harness.running.run import RunResult
+    from cadence_harness.running.tracking import client
+
+    options = {"--data-dir": data_dir, "--download": "" if download else None}
+    options["--progress"] = "" if progress_bar else None
+    with tempfile.TemporaryDirectory() as folder:
+        spec_file, id_file = Path(folder) / "spec.json", Path(folder) / "run_id"
+        spec_file.write_text(spec.to_json())
+        command = _worker_command(spec_file, uri, id_file, options, spec.recipe.nproc)
+        command += [arg for key, value in tags.items() for arg in ("--tag", f"{key}={value}")]
+        code = subprocess.run(command).returncode
+        run_id = id_file.read_text().strip() if id_file.is_file() else None
+    if code != 0 or run_id is None:
+        reason = f"the torchrun job of {spec.recipe.nproc} processes exited with code {code} (its output is above)"
+        mark_failed(uri, run_id=run_id, experiment=spec.experiment, run_name=spec.run_name,
+                    tags={**spec.tags(), **tags}, error=reason)  # fmt: skip
+        raise RuntimeError(f"{spec.run_name}: {reason}")
+    run = client(uri).get_run(run_id)
+    return RunResult(run_id, dict(run.data.metrics), run.data.params.get("data_source", ""))
 
 
 def warm_up_process(spec: RunSpec, *, data_dir: str | None = None, download: bool = False) -> float:

@@ -18,11 +18,8 @@ out of it at their defaults, so the identities of 1-process runs are unchanged.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,7 +33,6 @@ __all__ = [
     "launcher",
     "parallelism_config",
     "require_processes",
-    "run_launched",
     "sharding",
 ]
 
@@ -117,30 +113,3 @@ def launcher(nproc: int) -> list[str]:
         return [sys.executable, "-m", "cadence_harness"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     return [*torchrun, "-m", "cadence_harness"]
-
-
-def run_launched(
-    spec: Any, *, uri: str, tags: dict[str, str], data_dir: str | None, download: bool, progress_bar: bool
-) -> Any:
-    """``cadence-bench run --nproc N``: one run of `spec` as a torchrun job whose output is this console's;
-    returns its `RunResult`, read back from MLflow (rank 0's run). A job that fails raises `RuntimeError`,
-    its run recorded FAILED."""
-    from cadence_harness.running.run import RunResult
-    from cadence_harness.running.tracking import client, mark_failed
-
-    with tempfile.TemporaryDirectory() as folder:
-        spec_file, id_file = Path(folder) / "spec.json", Path(folder) / "run_id"
-        spec_file.write_text(spec.to_json())
-        command = [*launcher(spec.recipe.nproc), "worker", str(spec_file), "--tracking-uri", uri]
-        command += ["--run-id-file", str(id_file), *(["--progress"] if progress_bar else [])]
-        command += [*(["--data-dir", data_dir] if data_dir else []), *(["--download"] if download else [])]
-        command += [arg for key, value in tags.items() for arg in ("--tag", f"{key}={value}")]
-        code = subprocess.run(command).returncode
-        run_id = id_file.read_text().strip() if id_file.is_file() else None
-    if code != 0:
-        reason = f"the torchrun job of {spec.recipe.nproc} processes exited with code {code} (its output is above)"
-        mark_failed(uri, run_id=run_id, experiment=spec.experiment, run_name=spec.run_name,
-                    tags={**spec.tags(), **tags}, error=reason)  # fmt: skip
-        raise RuntimeError(f"{spec.run_name}: {reason}")
-    run = client(uri).get_run(run_id)
-    return RunResult(run_id, dict(run.data.metrics), run.data.params.get("data_source", ""))
