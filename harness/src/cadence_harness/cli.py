@@ -97,12 +97,14 @@ def _load(args: argparse.Namespace, methods: tuple[str, ...] = (), grid: dict[st
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from cadence_harness.running.preflight import require_device
     from cadence_harness.running.run import execute
     from cadence_harness.running.runners import run_launched
     from cadence_harness.running.scale_out import require_processes
 
     arm = method_names(_methods(args.methods))
     recipe = _load(args, arm)
+    require_device(recipe.device)  # no CUDA at all: that message first
     require_processes(recipe.nproc, recipe.device)
     for spec in (RunSpec(leaf, arm, seed, label) for seed in recipe.seeds for label, leaf in leaf_recipes(recipe, arm)):
         options = {"data_dir": args.data_dir, "download": args.download, "progress_bar": not args.no_progress}
