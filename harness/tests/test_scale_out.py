@@ -90,6 +90,15 @@ def test_what_cannot_work_is_refused_before_anything_runs(
     assert not Path(tracking_uri.removeprefix("sqlite:///")).exists()  # no MLflow run, not even a store
 
 
+def test_a_method_that_cannot_work_is_refused_before_torchrun_starts(
+    tiny_recipe_file: Any, tracking_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = tiny_recipe_file(data="synthetic_text", model="hf/bert-tiny", max_length=16)
+    assert main(["run", recipe, "--nproc", "2", "--methods", "cutout", "--tracking-uri", tracking_uri]) == 2
+    assert "cutout" in capsys.readouterr().err.lower()
+    assert not Path(tracking_uri.removeprefix("sqlite:///")).exists()
+
+
 def test_an_in_process_grid_of_several_processes_is_refused(
     tiny_recipe_file: Any, tracking_uri: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,7 +22,7 @@ from cadence_harness.records import TAG, RecordError, default_records_dir, recor
 from cadence_harness.running.bridge import export_runs
 from cadence_harness.running.budgets import leaf_recipes
 from cadence_harness.running.data import REPO_ROOT, check_data_dir
-from cadence_harness.running.grid import parse_shard, run_grid, select_shard
+from cadence_harness.running.grid import check_arms, parse_shard, run_grid, select_shard
 from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value
 from cadence_harness.running.recipe_checks import DATASETS
@@ -106,7 +106,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     recipe = _load(args, arm)
     require_device(recipe.device)  # no CUDA at all: that message first
     require_processes(recipe.nproc, recipe.device)
-    for spec in (RunSpec(leaf, arm, seed, label) for seed in recipe.seeds for label, leaf in leaf_recipes(recipe, arm)):
+    specs = [RunSpec(leaf, arm, seed, label) for seed in recipe.seeds for label, leaf in leaf_recipes(recipe, arm)]
+    if recipe.nproc > 1:  # the methods are asked here, as a grid does: a refusal starts no torchrun job
+        check_arms(recipe, specs, args.data_dir, args.download)
+    for spec in specs:
         options = {"data_dir": args.data_dir, "download": args.download, "progress_bar": not args.no_progress}
         tags = {f"{TAG}command": _command()}
         if recipe.nproc == 1:
