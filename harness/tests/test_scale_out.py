@@ -156,3 +156,11 @@ def test_a_grid_of_two_process_runs_records_each_run_once(
     capsys.readouterr()
     assert main(command) == 0  # resumed: the finished run is found and skipped
     assert "1 already finished (skipped), 0 finished now" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_two_gpus_train_one_run_with_nccl(tiny_recipe_file: Any, tracking_uri: str) -> None:
+    assert main(["run", tiny_recipe_file(), "--nproc", "2", "--device", "gpu", "--tracking-uri", tracking_uri]) == 0
+    (run,) = client(tracking_uri).search_runs([client(tracking_uri).get_experiment_by_name("tiny").experiment_id])
+    assert (run.info.status, run.data.params["world_size"], run.data.params["sharding"]) == ("FINISHED", "2", "ddp")
