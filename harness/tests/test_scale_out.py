@@ -48,6 +48,15 @@ def test_the_ranks_together_yield_each_batch_of_one_process_once(kwargs: dict[st
         assert {len(share) for share in shares} == {len(whole)}
 
 
+def test_a_set_too_small_for_a_share_per_rank_is_refused() -> None:
+    data = (torch.zeros(3, 1), torch.zeros(3))
+    with pytest.raises(ValueError, match="3 samples cannot give each of 2 ranks a share of every batch of 4"):
+        TensorLoader(data, batch_size=4, shuffle=True, drop_last=True, rank=1, world_size=2)  # no full batch
+    with pytest.raises(ValueError, match="each of 4 ranks"):
+        TensorLoader(data, batch_size=4, shuffle=False, rank=0, world_size=4)  # a rank without samples
+    assert len(TensorLoader(data, batch_size=4, shuffle=True, drop_last=True)) == 1  # one process: a short batch
+
+
 def test_each_rank_draws_its_own_augmentation() -> None:
     images = torch.rand(8, 1, 4, 4)
     draws = []

@@ -211,6 +211,11 @@ class TensorLoader:
         if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
             raise ValueError(f"rank={rank!r}, world_size={world_size!r}: need ints with 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
+        if world_size > 1 and (self.num_samples < world_size or (drop_last and not self.drop_last)):
+            raise ValueError(
+                f"{self.num_samples} samples cannot give each of {world_size} ranks a share of every batch of "
+                f"{batch_size}: every rank must step (and evaluate) as often; use more samples or fewer processes"
+            )
         self.epoch = 0
         self._epoch_now = 0  # the epoch being yielded (`epoch` already counts it once it started)
         self.device = tensors[0].device
