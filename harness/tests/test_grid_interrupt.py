@@ -32,7 +32,10 @@ def test_ctrl_c_on_a_grid_kills_the_running_run_and_leaves_the_records_whole(
     records = tmp_path / "runs"
     command = [sys.executable, "-m", "cadence_harness", "grid", path, "--isolate", "--tracking-uri", tracking_uri]
     command += ["--records", str(records), "--log-dir", str(tmp_path / "logs")]
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's stack (see _stop)
+    # One thread per worker: beside the suite's other pytest worker, a 2-thread worker on 2 cores spins in OpenMP
+    # barriers (a 200-batch run took over 420 s of wall time in CI, 15 s alone). SIGABRT prints every thread's
+    # stack (see _stop).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     grid = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
     )
