@@ -28,7 +28,8 @@ Each verdict is one of four:
 * **contradicts the claim**: the interval excludes no effect on the other side, or lies below the
   claimed factor;
 * **inconclusive**: neither (the interval is too wide to tell), or a time claim smaller than the
-  study's timing noise floor (`cadence_harness.reading.summaries.NoiseFloor`);
+  study's timing noise floor (`cadence_harness.reading.summaries.NoiseFloor`), or a time claim in a
+  study without an identity arm to measure that floor;
 * **not testable here**: the study does not meet the claim's `conditions` (or its free-text
   `not_here`), or did not run the method alone.
 
@@ -64,7 +65,7 @@ import numpy as np
 from cadence_harness.reading.claim_arms import claim_arm, settings_text
 from cadence_harness.reading.conditions import CONDITIONS, parse_conditions, study_conditions, unmet
 from cadence_harness.reading.stats import holm, paired_t_difference, paired_t_ratio, t_p_values
-from cadence_harness.reading.summaries import ArmSummary, Section
+from cadence_harness.reading.summaries import ArmSummary, NoiseFloor, Section
 from cadence_harness.reading.tradeoff import COSTS
 
 __all__ = [
@@ -245,8 +246,8 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
         text = f"{on}{COSTS[claim.unit]} ratio " + ", ".join(parts)
         if claim.by_construction:
             return _Evidence(early=Judgement(BY_CONSTRUCTION, f"{claim.by_construction}; measured {text}"))
-        if timed and floor is not None and claim.size < floor.factor:
-            return _Evidence(early=Judgement(INCONCLUSIVE, text + _below_floor(claim, floor.factor)))
+        if timed and (floor is None or claim.size < floor.factor):
+            return _Evidence(early=Judgement(INCONCLUSIVE, text + _below_floor(claim, floor)))
         if not tests:
             return _Evidence(early=Judgement(INCONCLUSIVE, text + ": no budget has two paired seeds"))
         return _Evidence(tests, every=True, text=text)
@@ -261,8 +262,8 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
     text = f"{on}speedup at matched accuracy ({COSTS[claim.unit]}): " + "; ".join(
         f"{s.budget} {s.format()}" for s in speedups
     )
-    if timed and floor is not None and claim.size < floor.factor:
-        return _Evidence(early=Judgement(INCONCLUSIVE, text + _below_floor(claim, floor.factor)))
+    if timed and (floor is None or claim.size < floor.factor):
+        return _Evidence(early=Judgement(INCONCLUSIVE, text + _below_floor(claim, floor)))
     tests = []
     for s in speedups:
         lows, highs = [b[0] for b in s.seed_logs], [b[1] for b in s.seed_logs]
@@ -272,9 +273,14 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
     return _Evidence(tests, text=text)
 
 
-def _below_floor(claim: Claim, factor: float) -> str:
+def _below_floor(claim: Claim, floor: NoiseFloor | None) -> str:
+    if floor is None:  # seeds' spread is not all of timing's noise: a drift over a grid moves every seed alike
+        return (
+            ": this study has no identity arm (e.g. Scale Schedule at ratio 0.5 beside the baseline's half budgets), "
+            "so how much identical runs differ in time here is unknown"
+        )
     claimed = f"the claimed {claim.size:g}x" if claim.size > 1 else "any speed-up"
-    return f": {claimed} is below this study's timing noise floor ({factor:.2f}x between identical runs)"
+    return f": {claimed} is below this study's timing noise floor ({floor.factor:.2f}x between identical runs)"
 
 
 def _decide(evidence: _Evidence, adjusted: Mapping[tuple[int, str], float], size: float, family: str) -> Judgement:

@@ -48,9 +48,17 @@ def _relative(value: str, root: str | None) -> str:
     return value
 
 
+def _records(value: str, root: str | None) -> str:
+    """A records folder: the repository's (or one inside it) relative; a scratch folder elsewhere, whose records
+    were then brought into the repository (a GPU machine's output folder), as ``method_cards/runs``."""
+    shown = _relative(value, root)
+    return "method_cards/runs" if shown.startswith("/") else shown
+
+
 def portable(command: str) -> str:
     """`command` with the running machine's paths relative to the repository: a records folder becomes
-    ``method_cards/runs``, a shipped recipe its name, a path inside (or beside) the repository a relative one;
+    ``method_cards/runs`` (so does a records folder outside any repository: a scratch folder whose records were
+    brought in), a shipped recipe its name, a path inside (or beside) the repository a relative one;
     ``--tracking-uri`` and ``--log-dir`` naming a local file or folder are left out (the defaults apply)."""
     try:
         tokens = shlex.split(command)
@@ -67,8 +75,11 @@ def portable(command: str) -> str:
             if _path_of(value).startswith("/"):
                 skip = not attached
                 continue
-        if token.startswith("--") and attached:
-            kept.append(f"{option}={_relative(attached, root)}")
+        if option == "--records" and not attached and i + 1 < len(tokens) and tokens[i + 1].startswith("/"):
+            kept += [option, _records(tokens[i + 1], root)]
+            skip = True
+        elif token.startswith("--") and attached:
+            kept.append(f"{option}={_records(attached, root) if option == '--records' else _relative(attached, root)}")
         else:
             kept.append(_relative(token, root))
     return shlex.join(kept)

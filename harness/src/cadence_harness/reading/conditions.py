@@ -7,7 +7,10 @@ records say (their params and evals), so the reading side needs no recipe:
 * ``precision``: the precision it needs, as a prefix of the study's (``amp``: any autocast);
 * ``data``: the data set(s) it was made on and is specific to (a name or a list);
 * ``min_steps``: the optimizer steps it needs (a regulariser's effect on generalisation shows only
-  once a model trains long enough to overfit); the study's longest run must reach them.
+  once a model trains long enough to overfit); the study's longest run must reach them;
+* ``baseline_without``: what the baseline must not already do, as names of training algorithms (a name or
+  a list; ``Lookahead`` for a weight-averaging claim): a method's gain over a baseline that already has
+  its effect is not its claim. Read from the baseline runs' ``algorithms`` param.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from cadence_harness.records import RunRecord
 
 __all__ = ["CONDITIONS", "parse_conditions", "study_conditions", "unmet"]
 
-CONDITIONS = ("device", "precision", "data", "min_steps")
+CONDITIONS = ("device", "precision", "data", "min_steps", "baseline_without")
 
 
 def parse_conditions(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
@@ -50,6 +53,7 @@ def study_conditions(section: Section) -> dict[str, Any]:
         "precision": {r.params.get("precision", "") for r in records},
         "data": {r.params.get("data", "") for r in records},
         "min_steps": max((_steps(r) for r in records), default=0),
+        "baseline_algorithms": {r.params.get("algorithms", "") for r in records if r.arm == "baseline"},
     }
 
 
@@ -73,4 +77,9 @@ def unmet(conditions: Sequence[tuple[str, Any]], study: Mapping[str, Any]) -> li
             names = [wanted] if isinstance(wanted, str) else list(wanted)
             if not study["data"] <= {str(n) for n in names}:
                 unmet.append(f"made on {'/'.join(map(str, names))}; this study used {', '.join(sorted(study['data']))}")
+        elif key == "baseline_without":
+            names = [wanted] if isinstance(wanted, str) else list(wanted)
+            ran = sorted(a for a in study.get("baseline_algorithms", ()) if any(f"{n}(" in a for n in names))
+            if ran:
+                unmet.append(f"made against a baseline without {'/'.join(names)}; this study's baseline runs {ran[0]}")
     return unmet
