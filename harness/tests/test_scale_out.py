@@ -147,6 +147,9 @@ def test_two_processes_train_as_one_with_the_whole_batch_and_log_one_run(
         assert measured.keys() == expected.keys()
         for key, value in expected.items():  # the gradients of two halves averaged: the whole batch's
             assert measured[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+        job = client(store).get_run(runs[0].info.run_id).data.metrics
+        assert job["final/flops"] == reference.metrics["final/flops"] > 0  # both halves counted, as one process
+        assert job["cost/flops"] == reference.metrics["final/flops"]  # the last evaluation's point, too
 
 
 @pytest.mark.slow  # one torchrun job of 2 processes

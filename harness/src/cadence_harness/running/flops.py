@@ -34,6 +34,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from cadence.callback import Callback
+from cadence.distributed import all_gather_object, get_world_size
 
 if TYPE_CHECKING:
     from cadence.loggers.logger import Logger
@@ -91,6 +92,13 @@ class _Structure:
         self._hooks = []
 
 
+def job_sum(value: float) -> float:
+    """`value` summed over the processes of a torchrun job (each rank trains on its own part of every batch, so
+    the job's cost is the sum of theirs); `value` itself in one process. A collective: every rank must call it,
+    at the same point (an evaluation, the end of fit), never inside a step."""
+    return float(sum(all_gather_object(float(value)))) if get_world_size() > 1 else float(value)
+
+
 class FlopCounter(Callback):
     """Counts training FLOPs (see the module docstring); logs ``cost/flops`` at each evaluation and
     ``final/flops``, ``final/flop_shapes`` (distinct pieces of work counted) at the end."""
@@ -107,9 +115,11 @@ class FlopCounter(Callback):
         self._hooks: list[Any] = []
         self._structure: _Structure | None = None
         self.on_count = on_count
+        self.job_total: float | None = None  # every rank's FLOPs together, set at the end of fit
 
     @property
     def total(self) -> int:
+        """This process's training FLOPs so far (under torchrun, its share of the job's)."""
         return sum(self.flops.get(key, 0) * count for key, count in self.counts.items())
 
     # Measuring one occurrence ---------------------------------------------------------------
@@ -161,13 +171,16 @@ class FlopCounter(Callback):
 
     def eval_end(self, state: State, logger: Logger) -> None:
         self._in_eval = False
-        logger.log_metrics({"cost/flops": float(self.total)})
+        logger.log_metrics({"cost/flops": job_sum(self.total)})  # every rank evaluates: all take part
 
     def fit_end(self, state: State, logger: Logger) -> None:
+        self.job_total = job_sum(self.total)
         logger.log_metrics(self.summary())
 
     def summary(self) -> dict[str, float]:
-        return {"final/flops": float(self.total), "final/flop_shapes": float(len(self.flops))}
+        """The job's training FLOPs (every rank's, once fit ended) and the distinct pieces of work counted here."""
+        total = self.job_total if self.job_total is not None else float(self.total)
+        return {"final/flops": total, "final/flop_shapes": float(len(self.flops))}
 
     def close(self, state: State, logger: Logger) -> None:
         self._end()  # a run that failed between BEFORE_FORWARD and AFTER_BACKWARD leaves no mode behind

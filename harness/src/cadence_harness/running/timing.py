@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cadence.callback import Callback
+from cadence_harness.running.flops import job_sum
 from cadence_harness.running.machine_probe import MachineProbe
 
 if TYPE_CHECKING:
@@ -212,8 +213,9 @@ class RunTimer(Callback):
         self.wall_s = time.perf_counter() - self._wall_start
         if self.probe is not None:
             self.probe.read()
-        self.samples = state.timestamp.sample - self._samples_at_start - self._warmup_samples
-        self.tokens = state.timestamp.token - self._tokens_at_start
+        local = state.timestamp.sample - self._samples_at_start - self._warmup_samples
+        self.samples = int(job_sum(local))  # under torchrun, every rank's samples: the job's throughput
+        self.tokens = int(job_sum(state.timestamp.token - self._tokens_at_start))
         logger.log_metrics(self.summary(state.device))
 
     def summary(self, device: torch.device) -> dict[str, float]:
