@@ -41,6 +41,7 @@ from cadence_harness.running.runners import (
     run_one_in_process,
     run_one_in_subprocess,
     warm_up_process,
+    worker_threads,
 )
 from cadence_harness.running.runspec import RunSpec, config_hash
 from cadence_harness.running.scale_out import require_processes
@@ -214,7 +215,7 @@ def run_grid(
     if not isolate and todo and recipe.device == "gpu":  # one-time costs of the process, in no recorded run
         bar.write(f"  warmed up the process in {warm_up_process(todo[0], data_dir=data_dir, download=download):.1f} s")
 
-    interruption = Interruption()
+    interruption = Interruption(worker_threads=worker_threads(jobs, recipe.device) if isolate else None)
     current: list[RunSpec] = []  # the run in this process, if any (in-process grids)
 
     def launch(spec: RunSpec) -> tuple[RunSpec, str | None, float]:
