@@ -193,3 +193,22 @@ def test_the_loaders_never_wait_for_the_gpu() -> None:
         finally:
             torch.cuda.set_sync_debug_mode("default")
         assert len(rest) == len(loader) - 1 and first is not None
+
+
+def test_batches_in_order_are_read_as_rows_and_copied_once() -> None:
+    """An evaluation loader (no shuffle) reads each batch's rows as a view that the [0, 1] scaling copies: the
+    same batches as gathering them, and nothing the model does to a batch reaches the data set."""
+    images = torch.randint(0, 256, (10, 3, 4, 4), dtype=torch.uint8)
+    labels = torch.arange(10)
+    loader = TensorLoader((images, labels), batch_size=4, shuffle=False)
+    batches = list(loader)
+    assert [len(b[1]) for b in batches] == [4, 4, 2]
+    for start, (x, y) in zip(range(0, 10, 4), batches):
+        assert torch.equal(x, images[start : start + 4].float() / 255) and torch.equal(y, labels[start : start + 4])
+    before = images.clone()
+    batches[0][0].zero_()
+    assert torch.equal(images, before)
+    for rank, rows in enumerate([[[0, 1], [4, 5], [8]], [[2, 3], [6, 7], [9]]]):  # each rank's share: its rows
+        shares = list(TensorLoader((images, labels), batch_size=4, shuffle=False, rank=rank, world_size=2))
+        assert [s[1].tolist() for s in shares] == rows
+        assert torch.equal(shares[0][0], images[[2 * rank, 2 * rank + 1]].float() / 255)

@@ -271,7 +271,12 @@ class TensorLoader:
             return dict(zip(self.keys, items))
         gather = getattr(self.augment, "gather", None)  # the augmented batch straight from the dataset, in one copy
         images = self.tensors[0]
-        images = gather(images, device_index, self._generator) if gather else images.index_select(0, device_index)
+        if gather:
+            images = gather(images, device_index, self._generator)
+        elif not self.shuffle and images.dtype == torch.uint8 and len(index):  # in order: rows a..b, a view that
+            images = images[int(index[0]) : int(index[-1]) + 1]  # div(255) below copies (index is on the host)
+        else:
+            images = images.index_select(0, device_index)
         rest = [t.index_select(0, device_index) for t in self.tensors[1:]]
         if images.dtype == torch.uint8:
             images = images.div(255)  # one kernel: a float32 result

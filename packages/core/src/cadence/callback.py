@@ -18,9 +18,14 @@ if TYPE_CHECKING:
 __all__ = ["Callback"]
 
 
+# Each event's handler name, looked up once: an Enum's `.value` is a descriptor call, and the loop dispatches
+# a dozen events per step.
+_HANDLERS = {event: event.value for event in Event}
+
+
 class Callback:
     def run_event(self, event: Event, state: State, logger: Logger) -> None:
-        getattr(self, event.value)(state, logger)
+        getattr(self, _HANDLERS[event])(state, logger)
 
     def handles(self, event: Event) -> bool:
         """True if this callback overrides the handler of `event` (the engine skips the rest)."""
