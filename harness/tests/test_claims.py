@@ -332,3 +332,19 @@ def test_a_claim_with_settings_is_judged_on_the_arm_that_ran_them() -> None:
     assert "| better at alpha 1 (at alpha=1) | paper | accuracy | **consistent with the claim**" in table
     with pytest.raises(ValueError, match=r"claims\[0\].settings must map hyperparameters to values"):
         claims({"claim": "c", "source": "s", "expects": "accuracy", "settings": [1.0]})
+
+
+def test_a_family_of_several_processes_is_named_by_its_world_size() -> None:
+    """`--nproc 2` runs are another configuration: the report names them by what differs, not by a hash."""
+    one = [_run("baseline", "2ep", "2ep", seed, 0.5, 10.0) for seed in range(2)]  # records from before --nproc
+    two = [
+        dataclasses.replace(
+            r,
+            run_id=f"two-{r.run_id}",
+            tags={**r.tags, **{k: f"two-{v}" for k, v in r.tags.items() if k.endswith("_hash")}},
+            params={**r.params, "world_size": "2", "sharding": "ddp"},
+        )
+        for r in one
+    ]
+    names = sorted(section.name for section in sections_of(one + two))
+    assert names == ["study (world_size 1, sharding none)", "study (world_size 2, sharding ddp)"], names

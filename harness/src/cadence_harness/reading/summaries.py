@@ -323,18 +323,24 @@ class Section:
         return self.speedups.get((curve.curve_hash, unit), [])
 
 
+_SCALE_OUT = {"world_size": "1", "sharding": "none"}  # what runs before `--nproc` existed were: one process
+
+
 def _family_names(families: dict[str, list[ArmSummary]]) -> dict[str, str]:
     """A short name for each family of one experiment: the settings in which it differs from the others."""
     if len(families) < 2:
         return dict.fromkeys(families, "")
     values = {
-        f: {k: sorted({v for s in rows for v in s.settings.get(k, {})}) for k in SETTINGS}
+        f: {
+            **{k: sorted({v for s in rows for v in s.settings.get(k, {})}) for k in SETTINGS},
+            **{k: sorted({s.params.get(k, default) for s in rows}) for k, default in _SCALE_OUT.items()},
+        }
         for f, rows in families.items()
     }
     names = {}
     for family, own in values.items():
         differing = [
-            k for k in SETTINGS if k not in ("duration", "device_name") and any(v[k] != own[k] for v in values.values())
+            k for k in own if k not in ("duration", "device_name") and any(v[k] != own[k] for v in values.values())
         ]
         names[family] = ", ".join(f"{k} {'/'.join(own[k])}" for k in differing) or f"configuration {family[:8]}"
     return names
