@@ -89,6 +89,8 @@ def test_nproc_and_fsdp_join_a_runs_identity_only_when_set(tiny_recipe: Any) -> 
         (["--nproc", "3"], "use a multiple of 3"),
         (["--nproc", "2", "--set", "device_train_microbatch_size=4"], "use at most 2"),
         (["--nproc", "2", "--set", "fsdp.sharding_strategy=FULL"], "`fsdp.sharding_strategy` = 'FULL'"),
+        (["--nproc", "2", "--fsdp", "--set", "fsdp.cpu_offload=true"], "cpu_offload"),  # the core's own check
+        (["--nproc", "2", "--fsdp", "--set", "fsdp.forward_prefetch=true"], "forward_prefetch=True cannot be"),
     ],
 )
 def test_what_cannot_work_is_refused_before_anything_runs(

@@ -18,6 +18,7 @@ __all__ = [
     "all_gather_object",
     "barrier",
     "broadcast_object",
+    "check_parallelism_config",
     "destroy",
     "get_rank",
     "get_world_size",
@@ -46,6 +47,17 @@ def initialize_from_environment(device: torch.device, timeout_s: float = 300.0) 
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
         atexit.register(destroy)  # a group left alive at interpreter exit can abort the process
     return get_rank(), get_world_size()
+
+
+def check_parallelism_config(value: Any, precision: str | None = None, device: str = "cpu") -> None:
+    """Raise the `ValueError`/`TypeError` the `Trainer` would raise for ``parallelism_config=value`` in a run of
+    `precision` on `device` ("cpu" or "cuda"), without building anything: a launcher checks every FSDP key
+    before it starts N processes that would each refuse it."""
+    from cadence._fsdp_config import parse_parallelism_config
+    from cadence.precision import Precision
+
+    where = torch.device(device)
+    parse_parallelism_config(value, Precision.parse(precision, where), where)
 
 
 def destroy() -> None:
