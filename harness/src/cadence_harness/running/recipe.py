@@ -65,6 +65,7 @@ from cadence_harness.running.recipe_checks import (
     did_you_mean,
     fail,
     normalise_seeds,
+    resolved_precision,
     unknown_key,
 )
 from cadence_harness.running.scale_out import check_scale_out
@@ -158,9 +159,7 @@ class Recipe:
 
     @property
     def resolved_precision(self) -> str:
-        if self.precision is not None:
-            return self.precision
-        return "amp_bf16" if self.device == "gpu" else "fp32"
+        return resolved_precision(self.precision, self.device)
 
     @property
     def grid_methods(self) -> list[str]:

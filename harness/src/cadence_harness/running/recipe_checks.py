@@ -87,6 +87,13 @@ REQUIRED = ("name", "model", "data", "duration")
 TABLES = ("model_kwargs", "optimizer", "schedule", "methods", "grid", "fsdp")
 
 
+def resolved_precision(precision: str | None, device: str | None) -> str:
+    """A recipe's precision: its own, else bf16 autocast on a GPU and fp32 on a CPU."""
+    if precision is not None:
+        return precision
+    return "amp_bf16" if device == "gpu" else "fp32"
+
+
 class RecipeError(ValueError):
     """A recipe, a command-line flag or this machine cannot run it: one line naming the key and the fix.
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from cadence.distributed import check_parallelism_config
-from cadence_harness.running.recipe_checks import RecipeError, check_int, fail
+from cadence_harness.running.recipe_checks import RecipeError, check_int, fail, resolved_precision
 
 __all__ = [
     "FSDP_STRATEGIES",
@@ -70,10 +70,10 @@ def check_scale_out(values: dict[str, Any]) -> None:
     if strategy not in FSDP_STRATEGIES:
         raise fail("fsdp.sharding_strategy", strategy, f"must be one of {', '.join(map(repr, FSDP_STRATEGIES))}")
     values["fsdp"] = {**fsdp, "sharding_strategy": strategy}  # one spelling per configuration: one identity
-    gpu = values.get("device") == "gpu"
-    precision = values.get("precision") or ("amp_bf16" if gpu else "fp32")  # as Recipe.resolved_precision
+    device = values.get("device")
+    precision = resolved_precision(values.get("precision"), device)
     try:  # every other key, as each worker's Trainer would check it, before N processes start to refuse it
-        check_parallelism_config(parallelism_config(values["fsdp"]), precision, "cuda" if gpu else "cpu")
+        check_parallelism_config(parallelism_config(values["fsdp"]), precision, "cuda" if device == "gpu" else "cpu")
     except (TypeError, ValueError) as error:
         raise fail("fsdp", dict(fsdp), str(error)) from None
 
