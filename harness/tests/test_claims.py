@@ -215,6 +215,7 @@ def test_an_arm_that_repeats_the_baselines_runs_is_the_timing_null() -> None:
     assert floor is not None and floor.arms == ("half",)
     assert [r for _, _, r in floor.ratios] == [0.5, 1.0, 1.25] and floor.factor == pytest.approx(2.0)
     assert "time ratios were 0.50, 1.00, 1.25 (n=3 pairs)" in floor.format()
+    assert "accuracy to the bit" in floor.format() and "GPU" not in floor.format()  # a CPU study says what it checked
     other = [_run("other", "4ep", "2ep", s, 0.5, 9.0) for s in range(3)]  # computes something else
     same_budget = [_run("layout", "2ep", "2ep", s, 0.4 + s / 100, 5.0) for s in range(3)]  # same numbers, faster
     assert identity_arms(base + other + same_budget) is None
@@ -228,6 +229,7 @@ def test_on_a_gpu_an_identity_arm_may_differ_in_accuracy_by_the_devices_nondeter
     twin = [_run("half", "4ep", "2ep", s, 0.80 + s / 100 + d, 9.0, "gpu") for s, d in enumerate(jitter)]
     floor = identity_arms(base + twin)
     assert floor is not None and floor.arms == ("half",)
+    assert "accuracy within the GPU kernels' nondeterminism" in floor.format()
     on_cpu = [dataclasses.replace(r, params={**r.params, "device": "cpu"}) for r in base + twin]
     assert identity_arms(on_cpu) is None  # a CPU repeats its bits: 0.39 pp is another computation there
     apart = [_run("other", "4ep", "2ep", s, 0.80 + s / 100 + 0.02, 9.0, "gpu") for s in range(3)]

@@ -95,6 +95,26 @@ def test_the_first_line_says_what_the_method_gains_here(runs: list[RunRecord]) -
     assert "no measurable gain or loss: 1 of the 3 methods measured alone" in study
 
 
+def test_an_accuracy_gain_counts_only_if_it_survives_the_studys_correction() -> None:
+    """One arm's interval excludes 0 (p = 0.028) among 20 arms that change nothing: by chance, one 95% interval
+    in twenty does that. Benjamini-Hochberg over the 21 accuracy cells leaves it unclaimed; alone it would stand."""
+    base = [0.800, 0.810, 0.820, 0.805]
+    lucky = [0.806, 0.812, 0.829, 0.811]  # differences 0.006, 0.002, 0.009, 0.006: p = 0.028
+    nulls = {f"null{i:02d}": [b + d for b, d in zip(base, ((-1) ** i * 0.004, 0.003, -0.003, -(-1) ** i * 0.004))]
+             for i in range(20)}  # fmt: skip
+    arms = {(): base, ("lucky",): lucky, **{(name,): values for name, values in nulls.items()}}
+    recipe = Recipe(name="known", model="tv/resnet20", data="digits", duration="2ep",
+                    methods={name[0]: {} for name in arms if name})  # fmt: skip
+    runs = [record(arm, seed, a, recipe) for arm, values in arms.items() for seed, a in enumerate(values)]
+    (section,) = sections_of(runs)
+    (row,) = [s for s in section.summaries if s.arm == "lucky"]
+    assert row.accuracy_delta.low > 0 and 0.02 < row.accuracy_p < 0.05  # its own interval excludes 0
+    assert row.accuracy_q > 0.05 and "no measurable gain (or loss)" in in_short("lucky", "Lucky", [section])
+    alone = [r for r in runs if r.arm in ("baseline", "lucky")]
+    (alone_section,) = sections_of(alone)
+    assert "more accurate at 2ep" in in_short("lucky", "Lucky", [alone_section])
+
+
 def test_cards_and_index_open_with_the_line_then_settings_and_paste_able_commands(
     runs: list[RunRecord], tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from cadence_harness.reading.stats import (
     holm,
     paired_log_interval,
     paired_t_difference,
+    paired_t_p_value,
     paired_t_ratio,
     t_bounds,
     t_interval,
@@ -25,6 +26,17 @@ def test_intervals() -> None:
     assert interval.mean == 2.0 and interval.format() == "2.00 ± 2.48"
     assert paired_t_difference([2.0, 3.0], [1.0, 1.0]).mean == 1.5
     assert t_interval([]).format() == "n/a"
+
+
+def test_the_paired_p_value_is_the_two_sided_t_test_of_the_differences() -> None:
+    # differences 1, 2, 3: mean 2, s 1, t = 2 / (1 / sqrt 3) = 3.4641 on 2 dof; two-sided p = 0.0742
+    assert paired_t_p_value([2.0, 4.0, 6.0], [1.0, 2.0, 3.0]) == pytest.approx(0.07418, abs=1e-5)
+    # the p-value and the 95% interval agree: the interval excludes 0 exactly when p < 0.05
+    arm, base = [0.83, 0.84, 0.86, 0.85], [0.80, 0.82, 0.81, 0.82]
+    interval, p = paired_t_difference(arm, base), paired_t_p_value(arm, base)
+    assert (interval.low is not None and interval.low > 0) == (p is not None and p < 0.05)
+    assert paired_t_p_value([1.0, 2.0], [0.5, 1.5]) == 0.0  # the same difference on every seed: no noise
+    assert paired_t_p_value([1.0, 2.0], [1.0, 2.0]) == 1.0 and paired_t_p_value([1.0], [0.0]) is None
 
 
 def test_a_ratio_is_the_geometric_mean_of_the_paired_ratios_with_a_t_interval_on_their_logs() -> None:

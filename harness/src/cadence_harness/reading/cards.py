@@ -299,10 +299,13 @@ def _how_verdicts(sections: Sequence[Section], judgements: dict[str, dict[tuple[
         families = sorted({j.family for j in judgements[section.name].values() if j.family})
         claims = families[0] if families else f"no claim was testable on `{section.name}`"
         cells = sum(1 for row in section.speedups.values() for s in row if s.q is not None)
+        accuracy = sum(1 for s in section.summaries if s.accuracy_q is not None)
         floor = f" {section.noise_floor.format()}" if section.noise_floor else ""
         lines.append(
-            f"- `{section.name}`: claim verdicts: {claims} (family-wise error 5%); speedup cells: better/worse by "
-            f"Benjamini-Hochberg over its {cells} cells with an interval (false-discovery rate 5%).{floor}"
+            f"- `{section.name}`: claim verdicts: {claims} (family-wise error 5%); accuracy cells (Δ accuracy at the "
+            f"same budget): more/less accurate by Benjamini-Hochberg over its {accuracy} cells; speedup cells: "
+            f"better/worse by Benjamini-Hochberg over its {cells} cells with an interval (false-discovery rate 5% "
+            f"in each).{floor}"
         )
     return "\n".join(lines)
 

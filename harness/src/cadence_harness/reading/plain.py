@@ -3,8 +3,8 @@ arm ran with (paste-able commands: `cadence_harness.reading.commands`).
 
 A reader first wants to know "should I use it, here, for what"; the tables that follow are the evidence. The
 line is derived from what the tables already show, never from a new test: Δ accuracy against the baseline of
-the same budget (its 95% paired interval excludes 0), speedups at matched accuracy (better or worse only where
-the study's Benjamini-Hochberg q-value is below 0.05), and the claims' verdicts.
+the same budget and speedups at matched accuracy (each better or worse only where its paired t-test's
+Benjamini-Hochberg q-value over the study's cells of its kind is below 0.05), and the claims' verdicts.
 """
 
 from __future__ import annotations
@@ -93,12 +93,13 @@ def where(section: Section) -> str:
 
 
 def effects(section: Section, arm: str) -> tuple[list[str], list[str]]:
-    """What the arm measurably gains and loses against the baseline: accuracy at the same budget (the paired
-    interval excludes 0), FLOPs and time to the same accuracy (q < 0.05); each with its budgets."""
+    """What the arm measurably gains and loses against the baseline: accuracy at the same budget and FLOPs and
+    time to the same accuracy, each where the study's Benjamini-Hochberg q-value is below 0.05; with budgets."""
     gains, losses = [], []
     rows = [s for s in section.summaries if s.arm == arm and not s.cyclic and s.accuracy_delta is not None]
-    up = [s.budget for s in rows if s.accuracy_delta.low is not None and s.accuracy_delta.low > 0]
-    down = [s.budget for s in rows if s.accuracy_delta.high is not None and s.accuracy_delta.high < 0]
+    found = [s for s in rows if s.accuracy_q is not None and s.accuracy_q < 0.05]
+    up = [s.budget for s in found if s.accuracy_delta.mean > 0]
+    down = [s.budget for s in found if s.accuracy_delta.mean < 0]
     if up:
         gains.append(f"more accurate at {', '.join(up)}")
     if down:

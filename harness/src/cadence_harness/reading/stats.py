@@ -36,6 +36,7 @@ __all__ = [
     "log_t_interval",
     "paired_log_interval",
     "paired_t_difference",
+    "paired_t_p_value",
     "paired_t_ratio",
     "t_bounds",
     "t_interval",
@@ -102,6 +103,20 @@ def paired_t_difference(arm: Sequence[float], baseline: Sequence[float], confide
     if len(arm) != len(baseline):
         raise ValueError(f"paired samples need equal lengths, got {len(arm)} and {len(baseline)}")
     return t_interval(np.asarray(arm, dtype=float) - np.asarray(baseline, dtype=float), confidence)
+
+
+def paired_t_p_value(arm: Sequence[float], baseline: Sequence[float]) -> float | None:
+    """Two-sided paired t-test p-value that ``arm - baseline`` has mean 0 (None below two pairs). Pairs that all
+    differ by the same amount give 0 (no noise: any difference is real) or 1 (no difference)."""
+    from scipy.stats import t
+
+    diffs = np.asarray(arm, dtype=float) - np.asarray(baseline, dtype=float)
+    if len(diffs) < 2:
+        return None
+    mean, spread = float(diffs.mean()), float(diffs.std(ddof=1))
+    if spread == 0:
+        return 1.0 if mean == 0 else 0.0
+    return float(2 * t.sf(abs(mean) / (spread / math.sqrt(len(diffs))), len(diffs) - 1))
 
 
 def paired_t_ratio(numerator: Sequence[float], denominator: Sequence[float], confidence: float = 0.95) -> Interval:

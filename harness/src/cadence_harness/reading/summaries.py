@@ -34,6 +34,7 @@ from cadence_harness.reading.stats import (
     benjamini_hochberg,
     log_t_interval,
     paired_t_difference,
+    paired_t_p_value,
     paired_t_ratio,
     t_interval,
 )
@@ -71,6 +72,8 @@ class ArmSummary:
     cyclic: bool = False
     family_hash: str = ""
     accuracy_delta: Interval | None = None
+    accuracy_p: float | None = None  # two-sided paired t-test of accuracy_delta against 0
+    accuracy_q: float | None = None  # its Benjamini-Hochberg q-value over the section's accuracy cells: q < 0.05 decides
     speedup: Interval | None = None  # baseline time / arm time at the same budget
     flops_ratio: Interval | None = None  # baseline FLOPs / arm FLOPs at the same budget
     speedup_to_target: Interval | None = None
@@ -166,6 +169,7 @@ def _compare(summary: ArmSummary, arm: list[RunRecord], base: list[RunRecord]) -
     accuracy, base_accuracy = _paired(arm, base, "final/accuracy")
     if accuracy:
         summary.accuracy_delta = paired_t_difference(accuracy, base_accuracy)
+        summary.accuracy_p = paired_t_p_value(accuracy, base_accuracy)
     for key, attribute in (("final/train_s", "speedup"), ("final/flops", "flops_ratio")):
         cost, base_cost = _paired(arm, base, key)
         if cost:
@@ -202,6 +206,7 @@ class NoiseFloor:
 
     arms: tuple[str, ...]
     ratios: tuple[tuple[str, int, float], ...]  # (the arm's budget, seed, ratio)
+    on_gpu: bool = False  # whether any pair ran on a GPU, where "the same accuracy" allows the kernels' nondeterminism
 
     @property
     def factor(self) -> float:
@@ -210,9 +215,10 @@ class NoiseFloor:
 
     def format(self) -> str:
         shown = ", ".join(f"{r:.2f}" for _, _, r in self.ratios)
+        accuracy = "accuracy within the GPU kernels' nondeterminism" if self.on_gpu else "accuracy to the bit"
         return (
             f"Timing noise floor: {' and '.join(self.arms)} computes exactly the baseline's runs (same seed, run "
-            "length, FLOPs and accuracy, on a GPU within its kernels' nondeterminism), yet its time ratios were "
+            f"length and FLOPs, {accuracy}), yet its time ratios were "
             f"{shown} (n={len(self.ratios)} pairs): identical computations differed in time by up to "
             f"{self.factor:.2f}x. Time speedups of that size are timing noise, and time claims smaller than it are "
             "inconclusive here."
@@ -252,9 +258,9 @@ def identity_arms(records: Sequence[RunRecord]) -> NoiseFloor | None:
     for record in records:
         if record.arm != "baseline" and not record.cycles:
             by_arm[record.arm].append(record)
-    arms, ratios = [], []
+    arms, ratios, on_gpu = [], [], False
     for arm, runs in sorted(by_arm.items()):
-        pairs = []
+        pairs, gpu = [], False
         for run in runs:
             twin = base.get((run.seed, run.params.get("max_duration"), run.family_hash))
             if twin is None or twin.budget == run.budget:
@@ -263,16 +269,23 @@ def identity_arms(records: Sequence[RunRecord]) -> NoiseFloor | None:
             if not _twins(run, twin) or not times[0] or not times[1]:
                 break  # one run that differs: the arm computes something else
             pairs.append((run.budget, run.seed, times[0] / times[1]))
+            gpu = gpu or "gpu" in (run.params.get("device"), twin.params.get("device"))
         else:
             if len(pairs) >= 2:
                 arms.append(arm)
+                on_gpu = on_gpu or gpu
                 ratios += sorted(pairs, key=lambda p: (budget_value(p[0]), p[1]))
-    return NoiseFloor(tuple(arms), tuple(ratios)) if arms else None
+    return NoiseFloor(tuple(arms), tuple(ratios), on_gpu) if arms else None
 
 
 def _adjust(section: Section) -> None:
     """Leave the identity arms' time cells out (they are the noise floor) and adjust the p-values of every other
-    judged cell of the section together (Benjamini-Hochberg): the q-values decide better and worse."""
+    judged speedup cell of the section together (Benjamini-Hochberg): the q-values decide better and worse. The
+    section's accuracy cells (each arm and budget against the baseline) are a second family, adjusted the same
+    way: with 80 of them, one 95% interval in twenty excludes 0 by chance."""
+    rows = [s for s in section.summaries if s.accuracy_p is not None]
+    for row, q in zip(rows, benjamini_hochberg([s.accuracy_p for s in rows])):  # type: ignore[misc]
+        row.accuracy_q = q
     identities = set(section.noise_floor.arms) if section.noise_floor else set()
     cells = []
     for (curve_hash, unit), speedups in section.speedups.items():
