@@ -27,3 +27,25 @@ def test_the_loader_benchmark_prints_both_loaders_rates_and_goals(capsys: pytest
     assert ">= 50k/s:" in printed and ">= 20k/s:" in printed and "logical CPUs" in printed
     assert "LengthBucketLoader (by length, x16)" in printed and "TensorLoader (trimmed to longest)" in printed
     assert "tokenising 400 texts, again (cache)" in printed
+
+
+def _steps(us_per_step: float) -> harness_step.Steps:
+    """A run whose main thread took `us_per_step` on every step (the other clocks alike)."""
+    run = harness_step.Steps(start=(0.0, 0.0, 0.0))
+    run.ends = [(i * us_per_step / 1e6,) * 3 for i in range(1, 21)]
+    return run
+
+
+def test_the_goal_is_judged_by_the_paired_interval_of_the_repeats() -> None:
+    """Repeats pair the hand-written loop and the harness run beside it; a repeat where the machine was slow
+    moves both. Decided only when the interval is on one side of 200 us."""
+    hand = [1000.0, 1300.0, 1100.0]
+    results = {name: [_steps(h) for h in hand] for name in harness_step.VARIANTS}
+    results[harness_step.VARIANTS[-1]] = [_steps(h + d) for h, d in zip(hand, (150.0, 160.0, 155.0))]
+    mean, low, high, n = harness_step.harness_extra_us(results)
+    assert n == 3 and mean == pytest.approx(155.0) and high < 200  # unpaired, the 300 us spread between repeats would hide it
+    assert low == pytest.approx(155.0 - 4.302652729911275 * 5.0 / 3**0.5)
+    assert harness_step.goal_verdict(low, high, mean) == "PASS"
+    assert harness_step.goal_verdict(210.0, 260.0, 235.0) == "FAIL"
+    assert harness_step.goal_verdict(150.0, 260.0, 205.0).startswith("INCONCLUSIVE")
+    assert harness_step.goal_verdict(None, None, 150.0).startswith("PASS (one repeat: no interval")

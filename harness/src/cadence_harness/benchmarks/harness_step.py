@@ -16,8 +16,9 @@ must keep small. Here, on the CPU with one thread and a near-zero-cost model (``
 The steady state is timed from step `WARMUP_STEPS` to the last step (evaluations included, as they fall
 in a run); the FLOP-counted first step is shown apart. Then the pieces alone: an epoch of the loader with
 its augmentation against the hand-written slicing, one `log_metrics` call of the per-step metrics, and
-an evaluation per batch. Goal (issue 27): the harness adds <= 200 us per step. Prints numbers; it is
-not a test.
+an evaluation per batch. Goal (issue 27): the harness adds <= 200 us per step, judged by the 95%
+t-interval of the repeats' paired differences (PASS below, FAIL above, INCONCLUSIVE across: a shared
+2-CPU machine moves single runs by +/-80 us). Prints numbers; it is not a test.
 
     python -m cadence_harness.benchmarks.harness_step [--steps 640] [--repeats 5] [--batch-size 64] [--device gpu]
 
@@ -315,14 +316,40 @@ def flop_counted_first_step_ms(results: dict[str, list[Steps]]) -> float:
     return (with_counter - statistics.median(run.first_us(MAIN_THREAD) for run in results["+ RunTimer"])) / 1000
 
 
-def print_results(results: dict[str, list[Steps]]) -> float:
-    """The table of variants; returns the harness's main-thread microseconds per step over the hand-written loop."""
+def print_results(results: dict[str, list[Steps]]) -> None:
+    """The table of variants: medians of the repeats, and each one's difference from the hand-written loop."""
     hand = [_median(results[VARIANTS[0]], clock) for clock in range(len(CLOCKS))]
     print(f"{'us per step':<28}" + "".join(f" {name:>12} {'+/-hand':>8}" for name in CLOCKS))
     for name, runs in results.items():
         cells = [(_median(runs, clock), _median(runs, clock) - hand[clock]) for clock in range(len(CLOCKS))]
         print(f"{name:<28}" + "".join(f" {value:12.1f} {extra:+8.1f}" for value, extra in cells))
-    return _median(results[VARIANTS[-1]], MAIN_THREAD) - hand[MAIN_THREAD]
+
+
+def harness_extra_us(results: dict[str, list[Steps]]) -> tuple[float, float | None, float | None, int]:
+    """The harness's main-thread microseconds per step over the hand-written loop: the mean of the repeats'
+    differences (each repeat runs both, interleaved, so they pair) with its 95% t-interval (None for one
+    repeat). A shared machine moves single runs by tens of microseconds; the interval says whether the goal is
+    decided at that noise."""
+    differences = [
+        harness.steady_us(MAIN_THREAD) - hand.steady_us(MAIN_THREAD)
+        for harness, hand in zip(results[VARIANTS[-1]], results[VARIANTS[0]])
+    ]
+    mean = statistics.fmean(differences)
+    if len(differences) < 2:
+        return mean, None, None, len(differences)
+    from scipy.stats import t
+
+    half = t.ppf(0.975, len(differences) - 1) * statistics.stdev(differences) / len(differences) ** 0.5
+    return mean, mean - half, mean + half, len(differences)
+
+
+def goal_verdict(low: float | None, high: float | None, mean: float) -> str:
+    """PASS when the whole interval is within the goal, FAIL when it is all beyond, else INCONCLUSIVE."""
+    if low is None or high is None:
+        return f"{'PASS' if mean <= GOAL_US else 'FAIL'} (one repeat: no interval; use --repeats 5 or more)"
+    if high <= GOAL_US:
+        return "PASS"
+    return "FAIL" if low > GOAL_US else "INCONCLUSIVE at this machine's noise (more --repeats, or a quieter machine)"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -353,9 +380,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{EVAL_BATCHES} batches of {EVAL_BATCH_SIZE} after each), median of {args.repeats} interleaved runs"
     )
     print(f"{cpu_description()}; torch {torch.__version__}")
-    extra = print_results(results)
-    verdict = "PASS" if extra <= GOAL_US else "FAIL"
-    print(f"harness - hand-written, main thread: {extra:.1f} us per step; goal <= {GOAL_US:.0f} us: {verdict}")
+    print_results(results)
+    mean, low, high, n = harness_extra_us(results)
+    interval = f" [{low:.1f}, {high:.1f}] (95%, n={n} paired repeats)" if low is not None and high is not None else ""
+    print(f"harness - hand-written, main thread: {mean:.1f}{interval} us per step; goal <= {GOAL_US:.0f} us: "
+          f"{goal_verdict(low, high, mean)}")  # fmt: skip
     print("the pieces alone (main-thread CPU time):")
     print(f"  loader + flip/crop: {loader_us:.1f} us per batch (hand-written {hand_loader_us:.1f}, "
           f"{loader_us - hand_loader_us:+.1f})")  # fmt: skip
