@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from cadence_mlflow import MLFlowLogger  # noqa: E402
 from cadence_mlflow.tracking import classify  # noqa: E402
-from cadence_mlflow.writer import WriterClient, is_local_store  # noqa: E402
+from cadence_mlflow.writer import WriterClient, is_local_store, writes_out_of_process  # noqa: E402
 
 FAST = {"flush_interval_s": 0.05, "max_backoff_s": 0.5}
 
@@ -60,8 +60,8 @@ def _log_run(uri: str, spill: Path, out_of_process: bool | None, monkeypatch: py
 def test_a_local_store_is_written_by_the_child_and_gets_every_point(
     sqlite_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run_id, in_process = _log_run(sqlite_uri, tmp_path / "spill", None, monkeypatch)
-    assert in_process == 0  # the default for a sqlite store: no point was written by this process
+    run_id, in_process = _log_run(sqlite_uri, tmp_path / "spill", True, monkeypatch)
+    assert in_process == 0  # no point was written by this process
     client = MlflowClient(sqlite_uri)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.params == {"lr": "0.1"}
@@ -104,6 +104,20 @@ def test_a_dead_writer_is_started_again_at_the_next_call(sqlite_uri: str) -> Non
     assert remote._writer._child is not None and remote._writer._child.process.pid != child.process.pid
     assert sorted((m.step, m.value) for m in local.get_metric_history(run_id, "loss")) == [(0, 1.0), (1, 0.5)]
     assert time.monotonic() - started < 60
+
+
+def test_by_default_a_local_store_is_written_from_the_child_on_a_cuda_machine_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU the training thread needs the GIL between launches; on a CPU-only machine a thread costs the same
+    CPU without the child's start-up. What is asked for is always done."""
+    import torch
+
+    for cuda in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
+        assert writes_out_of_process(None, "sqlite:////tmp/m.db") is cuda
+        assert writes_out_of_process(None, "http://127.0.0.1:5000") is False  # the server's own process writes
+        assert writes_out_of_process(True, "http://127.0.0.1:5000") and not writes_out_of_process(False, "mlruns")
 
 
 def test_which_stores_the_client_writes_itself() -> None:

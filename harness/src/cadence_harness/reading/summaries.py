@@ -73,7 +73,7 @@ class ArmSummary:
     family_hash: str = ""
     accuracy_delta: Interval | None = None
     accuracy_p: float | None = None  # two-sided paired t-test of accuracy_delta against 0
-    accuracy_q: float | None = None  # its Benjamini-Hochberg q-value over the section's accuracy cells: q < 0.05 decides
+    accuracy_q: float | None = None  # its Benjamini-Hochberg q-value over the section's accuracy cells (< 0.05: found)
     speedup: Interval | None = None  # baseline time / arm time at the same budget
     flops_ratio: Interval | None = None  # baseline FLOPs / arm FLOPs at the same budget
     speedup_to_target: Interval | None = None

@@ -26,8 +26,9 @@ How it works (the modules, from the caller's side to the server's):
   request carrying it is acknowledged and is then forgotten, so it is never sent twice by
   design; a request that fails after the server wrote part of it is resent with identical
   (key, value, timestamp, step) rows, which MLflow's SQL stores deduplicate by primary key.
-* `writer`: for a store the client writes itself (``sqlite:``, ``file:``, other SQL databases),
-  the sender's calls are made by one child process per training process (``out_of_process``):
+* `writer`: for a store the client writes itself (``sqlite:``, ``file:``, other SQL databases), on
+  a machine with a CUDA device, the sender's calls are made by one child process per training
+  process (``out_of_process``):
   MLflow's SQL store spends about 100-250 us of CPU per metric point, which in a thread of the
   training process would hold the GIL the training thread needs. A dead child is started again
   at the next call; its errors come back with their MLflow error codes.

@@ -25,7 +25,7 @@ from cadence_mlflow.outbox import Outbox
 from cadence_mlflow.sender import Sender
 from cadence_mlflow.spill import Remainder, SpillStore, SpoolFiles, spill_store_uri
 from cadence_mlflow.tracking import Artifact, Opened, Run, Unreachable, open_run, short, sqlite_uri
-from cadence_mlflow.writer import WriterClient, is_local_store
+from cadence_mlflow.writer import WriterClient, writes_out_of_process
 
 if TYPE_CHECKING:
     from cadence import Logger, State
@@ -50,9 +50,10 @@ class MLFlowLogger(LoggerDestination):
         max_backoff_s: the longest wait between two retries during an outage.
         max_buffered_points: points kept in memory; beyond that the oldest are spooled to disk.
         out_of_process: make the requests of the run from a child process (`cadence_mlflow.writer`), so that
-            the store's CPU work does not take the training process's GIL. Default (None): for stores the
-            client writes itself (``sqlite:``, ``file:``, other SQL databases), where that work is about
-            100-250 us per metric point; a tracking server does it in its own process.
+            the store's CPU work does not take the training process's GIL. Default (None): on a machine with
+            a CUDA device, for stores the client writes itself (``sqlite:``, ``file:``, other SQL databases),
+            where that work is about 100-250 us per metric point; a tracking server does it in its own
+            process, and on a CPU-only machine a thread costs the same CPU without the child's start-up.
 
     Only the process with ``RANK`` 0 (or without ``RANK``) creates a run; on other ranks the
     logger does nothing and ``run_id`` is None. The `Trainer` ends the run by calling `finish`
@@ -129,7 +130,7 @@ class MLFlowLogger(LoggerDestination):
                                     last_steps=opened.latest_steps if opened else {},
                                     on_outage=self._spill.prepare)  # fmt: skip
         store = self._spill.uri if run.offline else self.tracking_uri
-        if out_of_process if out_of_process is not None else is_local_store(store):
+        if writes_out_of_process(out_of_process, store):
             run = dataclasses.replace(run, client=WriterClient(store))  # the sender's calls only: see writer.py
         self._sender = Sender(self._outbox, run, self._notices.defer, tracking_uri=self.tracking_uri,
                               spill_uri=self._spill.uri, on_outage=self._spill.prepare)  # fmt: skip

@@ -5,7 +5,8 @@ store spends about 100-250 us of CPU per metric point (building and merging SQLA
 the training process that work holds the GIL, which the training thread needs between two kernel launches;
 on a GPU whose step is bound by the host, a run logging its loss and learning rate at every step lost about
 0.5 ms per step to it (`harness/measurements/2026-11-26-h200-study-complete.md`). A remote server does that
-work in its own process, so only local stores are written through the child (`is_local_store`).
+work in its own process, so only local stores are written through the child (`is_local_store`), and by
+default only on a machine with a CUDA device (`writes_out_of_process`).
 
 One child per training process serves every logger and store (an `MlflowClient` per tracking URI, made when
 first used). It is started as ``python -c`` calling `serve_fds` rather than `multiprocessing`'s spawn,
@@ -27,13 +28,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-__all__ = ["RemoteError", "WriterClient", "is_local_store"]
+__all__ = ["RemoteError", "WriterClient", "is_local_store", "writes_out_of_process"]
 
 _METHODS = ("log_batch", "set_terminated", "log_artifact", "log_artifacts")
 _ENTRY = "import sys; from cadence_mlflow.writer import serve_fds; serve_fds(int(sys.argv[1]), int(sys.argv[2]))"
 
 
 _CLIENT_WRITTEN = {"", "file", "sqlite", "postgresql", "mysql", "mssql"}  # MLflow's file and SQL stores
+
+
+def writes_out_of_process(out_of_process: bool | None, store: str) -> bool:
+    """Whether a logger writes `store` from the child: as asked, else (None) for a local store on a machine with
+    a CUDA device. There the training thread launches kernels and needs the GIL between them; on a CPU-only
+    machine the store's work costs the same CPU in a thread, and a child would add its start-up (about 1.5 s of
+    CPU importing MLflow) beside the training it competes with for cores."""
+    if out_of_process is not None:
+        return out_of_process
+    import torch
+
+    return is_local_store(store) and torch.cuda.is_available()
 
 
 def is_local_store(uri: str) -> bool:
@@ -174,7 +187,6 @@ def _serve(receive: Connection, send: Connection) -> None:
         except Exception as err:
             reply = (False, _described(err))
         send.send(reply)
-
 
 
 def serve_fds(receive_fd: int, send_fd: int) -> None:
