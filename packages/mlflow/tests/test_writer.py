@@ -6,6 +6,7 @@ only to count whether this process wrote the points itself.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -127,3 +128,10 @@ def test_which_stores_the_client_writes_itself() -> None:
         assert not is_local_store(uri), uri
     with pytest.raises(TypeError, match="out_of_process='yes' must be True, False or None"):
         MLFlowLogger(tracking_uri="sqlite:////tmp/never.db", out_of_process="yes")  # type: ignore[arg-type]
+
+
+def test_asking_for_the_child_where_it_cannot_run_fails_before_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "name", "nt")  # the child inherits its pipes by pass_fds: POSIX only
+    with pytest.raises(ValueError, match="out_of_process=True needs a POSIX system"):
+        MLFlowLogger(tracking_uri="sqlite:////tmp/never.db", out_of_process=True)
+    assert not writes_out_of_process(None, "sqlite:////tmp/never.db")  # and the default never asks for it there

@@ -92,6 +92,9 @@ class MLFlowLogger(LoggerDestination):
             raise ValueError(f"max_buffered_points={max_buffered_points!r} must be an int >= 100")
         if out_of_process not in (None, True, False):
             raise TypeError(f"out_of_process={out_of_process!r} must be True, False or None (by the store)")
+        if out_of_process and os.name != "posix":
+            raise ValueError(f"out_of_process=True needs a POSIX system (its child inherits two pipes); {os.name!r} "
+                             "is not one: leave it None or pass False")  # fmt: skip
         self.experiment_name, self.run_name = experiment_name, run_name
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(Path("mlflow.db"))
         self.spill_dir = Path(spill_dir if spill_dir is not None else "mlflow-spill").resolve()

@@ -46,7 +46,7 @@ def writes_out_of_process(out_of_process: bool | None, store: str) -> bool:
         return out_of_process
     import torch
 
-    return is_local_store(store) and torch.cuda.is_available()
+    return os.name == "posix" and is_local_store(store) and torch.cuda.is_available()  # the child needs pass_fds
 
 
 def is_local_store(uri: str) -> bool:
