@@ -136,20 +136,6 @@ def server(_server_process: MlflowServer) -> MlflowServer:
     return _server_process
 
 
-@pytest.fixture(scope="module")
-def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A migrated, empty SQLite store: copying it is much faster than migrating a new one per test."""
-    path = tmp_path_factory.mktemp("mlflow-template") / "template.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
-
-
-@pytest.fixture
-def sqlite_uri(tmp_path: Path, template_db: Path) -> str:
-    shutil.copy(template_db, tmp_path / "mlflow.db")
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-
 def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 

@@ -7,7 +7,6 @@ only to count whether this process wrote the points itself.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -24,19 +23,6 @@ from cadence_mlflow.tracking import classify  # noqa: E402
 from cadence_mlflow.writer import WriterClient, is_local_store, writes_out_of_process  # noqa: E402
 
 FAST = {"flush_interval_s": 0.05, "max_backoff_s": 0.5}
-
-
-@pytest.fixture(scope="module")
-def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("writer-template") / "template.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
-
-
-@pytest.fixture
-def sqlite_uri(tmp_path: Path, template_db: Path) -> str:
-    shutil.copy(template_db, tmp_path / "mlflow.db")
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
 def _log_run(uri: str, spill: Path, out_of_process: bool | None, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int]:

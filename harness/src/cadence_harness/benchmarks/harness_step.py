@@ -349,8 +349,8 @@ def print_results(results: dict[str, list[Steps]]) -> None:
 def harness_extra_us(results: dict[str, list[Steps]], row: str) -> tuple[float, float | None, float | None, int]:
     """The harness's main-thread microseconds per step over the hand-written loop, paired by repeat (each repeat
     runs both, interleaved), with its 95% t-interval (`paired_goal`)."""
-    runs = zip(results[row], results[VARIANTS[0]])
-    return paired_difference(*zip(*((a.steady_us(MAIN_THREAD), b.steady_us(MAIN_THREAD)) for a, b in runs)))
+    harness, hand = ([run.steady_us(MAIN_THREAD) for run in results[name]] for name in (row, VARIANTS[0]))
+    return paired_difference(harness, hand)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -231,6 +231,10 @@ class NoiseFloor:
 GPU_ACCURACY_TOLERANCE = 0.005  # 0.5 pp: an identical computation's accuracy on a GPU, as fractions
 
 
+def _on_gpu(run: RunRecord, twin: RunRecord) -> bool:
+    return "gpu" in (run.params.get("device"), twin.params.get("device"))
+
+
 def _twins(run: RunRecord, twin: RunRecord) -> bool:
     """Whether `run` computes what the baseline's `twin` computes: the same FLOPs, and the same accuracy (to the
     bit on a CPU; within `GPU_ACCURACY_TOLERANCE` where either ran on a GPU, whose kernels are not deterministic)."""
@@ -238,7 +242,7 @@ def _twins(run: RunRecord, twin: RunRecord) -> bool:
     twin_accuracy = twin.metrics.get("final/accuracy")
     if flops is None or flops != twin.metrics.get("final/flops") or accuracy is None or twin_accuracy is None:
         return False
-    if "gpu" in (run.params.get("device"), twin.params.get("device")):
+    if _on_gpu(run, twin):
         return abs(accuracy - twin_accuracy) <= GPU_ACCURACY_TOLERANCE
     return accuracy == twin_accuracy
 
@@ -269,7 +273,7 @@ def identity_arms(records: Sequence[RunRecord]) -> NoiseFloor | None:
             if not _twins(run, twin) or not times[0] or not times[1]:
                 break  # one run that differs: the arm computes something else
             pairs.append((run.budget, run.seed, times[0] / times[1]))
-            gpu = gpu or "gpu" in (run.params.get("device"), twin.params.get("device"))
+            gpu = gpu or _on_gpu(run, twin)
         else:
             if len(pairs) >= 2:
                 arms.append(arm)

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from cadence_mlflow.tracking import error_code
+
 __all__ = ["RemoteError", "WriterClient", "is_local_store", "writes_out_of_process"]
 
 _METHODS = ("log_batch", "set_terminated", "log_artifact", "log_artifacts")
@@ -165,7 +167,7 @@ def _rebuilt(kind: str, code: str | None, message: str) -> BaseException:
 
 def _described(err: BaseException) -> tuple[str, str | None, str]:
     """``(type name, MLflow error code or None, message)``: what `_rebuilt` needs, always picklable."""
-    code = getattr(err, "error_code", None) if type(err).__module__.startswith("mlflow") else None
+    code = error_code(err)
     kind = "TypeError" if isinstance(err, TypeError) else type(err).__name__
     return kind, str(code) if code is not None else None, str(err)
 
