@@ -350,3 +350,16 @@ def test_a_family_of_several_processes_is_named_by_its_world_size() -> None:
     ]
     names = sorted(section.name for section in sections_of(one + two))
     assert names == ["study (world_size 1, sharding none)", "study (world_size 2, sharding ddp)"], names
+
+
+def test_a_cuda_claim_is_testable_on_a_study_the_harness_recorded_as_gpu() -> None:
+    """The harness logs a GPU run's device as ``gpu``; the cards say ``cuda``, as Composer does."""
+    from cadence_harness.reading.conditions import parse_conditions, unmet
+
+    study = {"device": {"gpu"}, "precision": {"amp_bf16"}, "data": {"cifar10"}, "min_steps": 800}
+    for wanted in ("cuda", "gpu"):
+        assert unmet(parse_conditions({"device": wanted}, "claim"), study) == []
+    assert unmet(parse_conditions({"device": "cuda"}, "claim"), {**study, "device": {"gpu", "cpu"}}) == [
+        "made on cuda; this study ran on cpu, gpu"
+    ]
+    assert unmet(parse_conditions({"device": "cuda"}, "claim"), {**study, "device": {"cuda:0"}}) == []

@@ -3,7 +3,8 @@
 A card's claim states them (`conditions` in its front matter); each is compared with what the study's run
 records say (their params and evals), so the reading side needs no recipe:
 
-* ``device``: the device the claim needs (``cuda``: a GPU; a CPU study cannot test it);
+* ``device``: the device the claim needs (``cuda``: a GPU; a CPU study cannot test it). The harness records a
+  GPU run's device as ``gpu``; a claim may say ``cuda`` (Composer's word) or ``gpu``, and either matches it;
 * ``precision``: the precision it needs, as a prefix of the study's (``amp``: any autocast);
 * ``data``: the data set(s) it was made on and is specific to (a name or a list);
 * ``min_steps``: the optimizer steps it needs (a regulariser's effect on generalisation shows only
@@ -40,6 +41,14 @@ def parse_conditions(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
     return tuple((key, value[key]) for key in CONDITIONS if key in value)
 
 
+_DEVICE_SPELLINGS = {"cuda": ("cuda", "gpu"), "gpu": ("gpu", "cuda")}  # one device, two words
+
+
+def _ran_on(device: Any, wanted: Any) -> bool:
+    """The study's `device` (a recorded param: ``cpu``, ``gpu``, ``cuda:1``) is the claim's `wanted` one."""
+    return str(device).startswith(_DEVICE_SPELLINGS.get(str(wanted), (str(wanted),)))
+
+
 def _steps(record: RunRecord) -> int:
     return max((int(e.get("step", 0)) for e in record.evals), default=0)
 
@@ -69,7 +78,7 @@ def unmet(conditions: Sequence[tuple[str, Any]], study: Mapping[str, Any]) -> li
     for key, wanted in conditions:
         if key == "min_steps" and study["min_steps"] < int(wanted):
             unmet.append(f"needs >= {int(wanted):,} optimizer steps; the longest run here has {study['min_steps']:,}")
-        elif key == "device" and not all(str(d).startswith(str(wanted)) for d in study["device"]):
+        elif key == "device" and not all(_ran_on(d, wanted) for d in study["device"]):
             unmet.append(f"made on {wanted}; this study ran on {_named(study['device'], 'device')}")
         elif key == "precision" and not all(str(p).startswith(str(wanted)) for p in study["precision"]):
             unmet.append(f"needs {wanted} precision; this study ran in {_named(study['precision'], 'precision')}")

@@ -49,10 +49,10 @@ def shapes_of(value: Any) -> Any:
     """The shapes and dtypes of every tensor in a batch (tuples, lists and dicts), as a hashable key."""
     if isinstance(value, torch.Tensor):
         return (tuple(value.shape), str(value.dtype))
+    if isinstance(value, (list, tuple)):  # before Mapping, an ABC whose isinstance check costs more (every step)
+        return tuple(shapes_of(v) for v in value)
     if isinstance(value, Mapping):
         return tuple((str(k), shapes_of(v)) for k, v in sorted(value.items(), key=lambda item: str(item[0])))
-    if isinstance(value, (list, tuple)):
-        return tuple(shapes_of(v) for v in value)
     return type(value).__name__
 
 

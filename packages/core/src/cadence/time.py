@@ -134,13 +134,16 @@ class Timestamp:
             batch_in_epoch=count_unchecked(self.batch_in_epoch + 1, _BA),
             sample=count_unchecked(self.sample + samples, _SP),
             sample_in_epoch=count_unchecked(self.sample_in_epoch + samples, _SP),
-            token=count_unchecked(self.token + tokens, _TOK),
-            token_in_epoch=count_unchecked(self.token_in_epoch + tokens, _TOK),
-            token_in_iteration=count_unchecked(self.token_in_iteration + tokens, _TOK),
             total_wct=float.__new__(Seconds, self.total_wct + seconds),  # Seconds(), without its type checks
             epoch_wct=float.__new__(Seconds, self.epoch_wct + seconds),
             batch_wct=float.__new__(Seconds, seconds),
         )
+        if tokens:  # counts are immutable: without tokens (images) the old ones are the new ones
+            advanced.__dict__.update(
+                token=count_unchecked(self.token + tokens, _TOK),
+                token_in_epoch=count_unchecked(self.token_in_epoch + tokens, _TOK),
+                token_in_iteration=count_unchecked(self.token_in_iteration + tokens, _TOK),
+            )
         return advanced
 
     def to_next_epoch(self, duration: float | datetime.timedelta | None = 0.0) -> Timestamp:

@@ -8,7 +8,6 @@ AFTER_LOAD, then wrap the model in DDP. ``fit()`` runs epochs of batches of micr
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import itertools
 import time
@@ -422,8 +421,11 @@ class Trainer:
         for index, microbatch in enumerate(microbatches):
             is_last = index == len(microbatches) - 1
             no_sync = getattr(self._forward_module, "no_sync", None) if state.world_size > 1 else None
-            with no_sync() if (no_sync is not None and not (is_last and sync)) else contextlib.nullcontext():
-                weight = batch_num_samples(microbatch) / batch_size if batch_size else 1.0
+            weight = batch_num_samples(microbatch) / batch_size if batch_size else 1.0
+            if no_sync is not None and not (is_last and sync):  # DDP: all-reduce the gradients once, at the end
+                with no_sync():
+                    loss = self._train_microbatch(microbatch, weight, metrics and self.compute_train_metrics)
+            else:
                 loss = self._train_microbatch(microbatch, weight, metrics and self.compute_train_metrics)
             total = loss if total is None else total + loss
         state.batch = batch

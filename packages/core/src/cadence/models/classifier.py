@@ -73,9 +73,7 @@ class Classifier(Model):
         chosen = self._train_metrics if is_train else self._val_metrics
         if chosen is not None:
             return {name: copy.deepcopy(metric) for name, metric in chosen.items()}
-        from torchmetrics.classification import MulticlassAccuracy  # lazily: see cadence.metrics
-
-        from cadence.metrics import CrossEntropy
+        from cadence.metrics import CrossEntropy, MulticlassAccuracy  # lazily: see cadence.metrics
 
         metrics: dict[str, Metric] = {
             "MulticlassAccuracy": MulticlassAccuracy(num_classes=self.num_classes, average="micro")

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics import Metric
-from torchmetrics.classification import MulticlassAccuracy
 
+from cadence.metrics import MulticlassAccuracy, _PlainAttributes
 from cadence.models.base import Model
 from cadence.ops.targets import soft_cross_entropy
 
@@ -33,7 +33,7 @@ __all__ = ["HuggingFaceModel", "LanguageCrossEntropy", "LanguagePerplexity"]
 IGNORE_INDEX = -100  # the label value HF losses skip (padding, prompt tokens)
 
 
-class LanguageCrossEntropy(Metric):
+class LanguageCrossEntropy(_PlainAttributes, Metric):
     """Mean cross-entropy per predicted token, skipping labels equal to `ignore_index`.
 
     Sums over tokens (not a mean of batch means), so batches with different numbers of real

@@ -1,0 +1,98 @@
+"""cadence's metrics keep torchmetrics' results while updating with less host work per batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchmetrics
+from torch import nn
+
+from cadence import Classifier, Trainer
+from cadence.metrics import CrossEntropy, MulticlassAccuracy
+from cadence.models.huggingface import LanguageCrossEntropy
+
+STATES = ("tp", "fp", "tn", "fn")
+
+
+def _pairs(count: int, classes: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    sizes = [int(n) for n in torch.randint(1, 40, (count,), generator=generator)]
+    return [(torch.randn(n, classes, generator=generator), torch.randint(0, classes, (n,), generator=generator))
+            for n in sizes]  # fmt: skip
+
+
+@pytest.mark.parametrize("classes", [2, 7])
+def test_the_direct_update_gives_torchmetrics_states_and_accuracy(classes: int) -> None:
+    ours = MulticlassAccuracy(num_classes=classes, average="micro", validate_args=False)
+    theirs = torchmetrics.classification.MulticlassAccuracy(num_classes=classes, average="micro", validate_args=False)
+    for round_ in range(2):  # twice: reset must leave the direct update a fresh start
+        for preds, target in _pairs(6, classes, seed=round_):
+            ours.update(preds, target)
+            theirs.update(preds, target)
+        for name in STATES:
+            assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
+        assert torch.equal(ours.compute(), theirs.compute())
+        ours.reset()
+        theirs.reset()
+        assert all(int(getattr(ours, name).sum()) == 0 for name in STATES)
+
+
+def test_the_direct_update_never_changes_the_default_it_resets_to() -> None:
+    metric = MulticlassAccuracy(num_classes=3, average="micro", validate_args=False)
+    metric.update(torch.eye(3), torch.tensor([0, 1, 1]))
+    assert all(int(default.sum()) == 0 for default in metric._defaults.values())
+
+
+@pytest.mark.parametrize(
+    "kwargs, preds, target",
+    [
+        ({"average": "macro"}, torch.randn(8, 3), torch.arange(8) % 3),
+        ({"top_k": 2}, torch.randn(8, 3), torch.arange(8) % 3),
+        ({"ignore_index": 1}, torch.randn(8, 3), torch.arange(8) % 3),
+        ({"validate_args": True}, torch.randn(8, 3), torch.arange(8) % 3),
+        ({}, torch.randn(8, 3).argmax(1), torch.arange(8) % 3),  # labels, not logits
+        ({}, torch.randn(2, 3, 4), torch.arange(8).reshape(2, 4) % 3),  # (N, C, extra) logits
+    ],
+)
+def test_every_other_configuration_and_input_takes_torchmetrics_update(kwargs, preds, target) -> None:
+    settings = {"num_classes": 3, "average": "micro", "validate_args": False, **kwargs}
+    ours, theirs = MulticlassAccuracy(**settings), torchmetrics.classification.MulticlassAccuracy(**settings)
+    ours.update(preds, target)
+    theirs.update(preds, target)
+    assert torch.equal(ours.compute(), theirs.compute())
+    for name in STATES:
+        assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
+
+
+def test_plain_attributes_skip_module_setattr_but_parameters_and_new_names_do_not() -> None:
+    metric = CrossEntropy()
+    metric._update_count = 5  # an existing plain attribute: stored directly
+    assert metric.__dict__["_update_count"] == 5
+    metric.extra = nn.Linear(2, 2)  # a new name holding a module: registered as a submodule, as torch does
+    assert "extra" in metric._modules and "extra" not in metric.__dict__
+    metric.scale = nn.Parameter(torch.ones(()))
+    assert "scale" in metric._parameters
+    with pytest.raises(RuntimeError, match="Can't change const"):
+        metric.higher_is_better = True  # torchmetrics' own guard still runs
+
+
+def test_language_cross_entropy_sums_tokens_across_updates() -> None:
+    metric = LanguageCrossEntropy(ignore_index=-100)
+    logits, target = torch.randn(2, 5, 11), torch.randint(0, 11, (2, 5))
+    target[0, :2] = -100
+    metric.update(logits[:1], target[:1])
+    metric.update(logits[1:], target[1:])
+    kept = target != -100
+    expected = torch.nn.functional.cross_entropy(logits[kept], target[kept])
+    assert float(metric.compute()) == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_a_classifier_evaluates_to_the_accuracy_counted_by_hand() -> None:
+    pairs = _pairs(5, 4, seed=3)
+    model = Classifier(nn.Linear(4, 4), num_classes=4)
+    trainer = Trainer(model=model, eval_dataloader=pairs, device="cpu", progress_bar=False)
+    assert isinstance(trainer.state.eval_metrics["MulticlassAccuracy"], torchmetrics.classification.MulticlassAccuracy)
+    results = trainer.eval()
+    with torch.no_grad():
+        correct = sum(int((model.module(x).argmax(1) == y).sum()) for x, y in pairs)
+    assert results["MulticlassAccuracy"] == pytest.approx(correct / sum(len(y) for _, y in pairs))
