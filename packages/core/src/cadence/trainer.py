@@ -419,10 +419,9 @@ class Trainer:
         batch_size = batch_num_samples(batch) if len(microbatches) > 1 else 0
         total: torch.Tensor | None = None
         for index, microbatch in enumerate(microbatches):
-            is_last = index == len(microbatches) - 1
             no_sync = getattr(self._forward_module, "no_sync", None) if state.world_size > 1 else None
             weight = batch_num_samples(microbatch) / batch_size if batch_size else 1.0
-            if no_sync is not None and not (is_last and sync):  # DDP: all-reduce the gradients once, at the end
+            if no_sync is not None and not (sync and index == len(microbatches) - 1):  # DDP: all-reduce at the end
                 with no_sync():
                     loss = self._train_microbatch(microbatch, weight, metrics and self.compute_train_metrics)
             else:
