@@ -8,6 +8,7 @@ AFTER_LOAD, then wrap the model in DDP. ``fit()`` runs epochs of batches of micr
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import time
@@ -64,6 +65,8 @@ from cadence.termination import RunEnd
 from cadence.time import Time, TimeLike, Timestamp, parse_time
 
 __all__ = ["Trainer", "seed_all"]
+
+_NO_SYNC = contextlib.nullcontext()  # reusable, as precision's: no context allocated per microbatch
 
 
 class Trainer:
@@ -421,10 +424,7 @@ class Trainer:
         for index, microbatch in enumerate(microbatches):
             no_sync = getattr(self._forward_module, "no_sync", None) if state.world_size > 1 else None
             weight = batch_num_samples(microbatch) / batch_size if batch_size else 1.0
-            if no_sync is not None and not (sync and index == len(microbatches) - 1):  # DDP: all-reduce at the end
-                with no_sync():
-                    loss = self._train_microbatch(microbatch, weight, metrics and self.compute_train_metrics)
-            else:
+            with no_sync() if no_sync is not None and not (sync and index == len(microbatches) - 1) else _NO_SYNC:
                 loss = self._train_microbatch(microbatch, weight, metrics and self.compute_train_metrics)
             total = loss if total is None else total + loss
         state.batch = batch
