@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cadence_harness.benchmarks import harness_step, loader_rate
-from cadence_harness.benchmarks.paired_goal import goal_verdict
+from cadence_harness.benchmarks.paired_goal import goal_text, goal_verdict, paired_difference
+from cadence_harness.stats import Interval
 
 
 def test_the_harness_step_benchmark_prints_every_variant_the_pieces_and_its_goal(
@@ -45,10 +46,16 @@ def test_the_goal_is_judged_by_the_paired_interval_of_the_repeats() -> None:
     hand = [1000.0, 1300.0, 1100.0]
     results = {name: [_steps(h) for h in hand] for name in harness_step.VARIANTS}
     results[harness_step.CHILD] = [_steps(h + d) for h, d in zip(hand, (150.0, 160.0, 155.0))]
-    mean, low, high, n = harness_step.harness_extra_us(results, harness_step.CHILD)
-    assert n == 3 and mean == pytest.approx(155.0) and high < 200  # unpaired, the repeats' 300 us spread would hide it
-    assert low == pytest.approx(155.0 - 4.302652729911275 * 5.0 / 3**0.5)
-    assert goal_verdict(low, high, mean, 200.0) == "PASS"
-    assert goal_verdict(210.0, 260.0, 235.0, 200.0) == "FAIL"
-    assert goal_verdict(150.0, 260.0, 205.0, 200.0).startswith("INCONCLUSIVE")
-    assert goal_verdict(None, None, 150.0, 200.0).startswith("PASS (one repeat: no interval")
+    extra = harness_step.harness_extra_us(results, harness_step.CHILD)
+    assert extra.n == 3 and extra.mean == pytest.approx(155.0)
+    assert extra.high < 200  # unpaired, the repeats' 300 us spread would hide it
+    assert extra.low == pytest.approx(155.0 - 4.302652729911275 * 5.0 / 3**0.5)
+    assert goal_verdict(extra, 200.0) == "PASS"
+    assert goal_text(extra, 200.0, "us per step") == (
+        f"155.0 [{extra.low:.1f}, {extra.high:.1f}] (95%, n=3 paired repeats) us per step; goal <= 200 us: PASS"
+    )
+    assert goal_verdict(Interval(235.0, 210.0, 260.0, 3), 200.0) == "FAIL"
+    assert goal_verdict(Interval(205.0, 150.0, 260.0, 3), 200.0).startswith("INCONCLUSIVE")
+    assert goal_verdict(Interval(150.0, None, None, 1), 200.0).startswith("PASS (one repeat: no interval")
+    with pytest.raises(ValueError, match="equally many repeats"):
+        paired_difference([1.0, 2.0], [1.0])

@@ -207,7 +207,7 @@ def gpu_record(arm: tuple[str, ...], seed: int, train_s: float, device: str = H1
 
 
 def log_t(values: list[float]) -> tuple[float, float]:
-    """The log-scale t-interval of positive values, computed here independently of `cadence_harness.reading.stats`."""
+    """The log-scale t-interval of positive values, computed here independently of `cadence_harness.stats`."""
     logs = np.log(values)
     factor = math.exp(t_half(list(logs)))
     return statistics.mean(values) / factor, statistics.mean(values) * factor

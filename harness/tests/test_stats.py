@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cadence_harness.reading.stats import (
+from cadence_harness.stats import (
     benjamini_hochberg,
     holm,
     paired_log_interval,

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from cadence_harness.reading.stats import paired_t_difference, paired_t_ratio
 from cadence_harness.reading.tradeoff import Curve, matched_speedups
+from cadence_harness.stats import paired_t_difference, paired_t_ratio
 
 TRIALS = 2000
 COSTS = np.array([1.0, 2.0, 4.0, 8.0])  # the baseline's budgets (geometric, as a study's are)

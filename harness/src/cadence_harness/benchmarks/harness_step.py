@@ -46,11 +46,12 @@ from torch import nn
 
 from cadence import Callback, Classifier, Trainer
 from cadence_harness.benchmarks.machine import cpu_description
-from cadence_harness.benchmarks.paired_goal import goal_verdict, paired_difference
+from cadence_harness.benchmarks.paired_goal import goal_text, paired_difference
 from cadence_harness.running import loaders
 from cadence_harness.running.data import synthetic_images
 from cadence_harness.running.flops import FlopCounter
 from cadence_harness.running.timing import RunTimer
+from cadence_harness.stats import Interval
 from cadence_mlflow.writer import writes_out_of_process
 
 GOAL_US = 200.0
@@ -346,7 +347,7 @@ def print_results(results: dict[str, list[Steps]]) -> None:
         print(f"{name:<28}" + "".join(f" {value:12.1f} {extra:+8.1f}" for value, extra in cells))
 
 
-def harness_extra_us(results: dict[str, list[Steps]], row: str) -> tuple[float, float | None, float | None, int]:
+def harness_extra_us(results: dict[str, list[Steps]], row: str) -> Interval:
     """The harness's main-thread microseconds per step over the hand-written loop, paired by repeat (each repeat
     runs both, interleaved), with its 95% t-interval (`paired_goal`)."""
     harness, hand = ([run.steady_us(MAIN_THREAD) for run in results[name]] for name in (row, VARIANTS[0]))
@@ -383,10 +384,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{cpu_description()}; torch {torch.__version__}")
     print_results(results)
     row = harness_variant(store.uri)
-    mean, low, high, n = harness_extra_us(results, row)
-    interval = f" [{low:.1f}, {high:.1f}] (95%, n={n} paired repeats)" if low is not None and high is not None else ""
-    print(f"harness ({row.removeprefix('+ ')}) - hand-written, main thread: {mean:.1f}{interval} us per step; "
-          f"goal <= {GOAL_US:.0f} us: {goal_verdict(low, high, mean, GOAL_US)}")  # fmt: skip
+    extra = harness_extra_us(results, row)
+    print(f"harness ({row.removeprefix('+ ')}) - hand-written, main thread: {goal_text(extra, GOAL_US, 'us per step')}")
     print("the pieces alone (main-thread CPU time):")
     print(f"  loader + flip/crop: {loader_us:.1f} us per batch (hand-written {hand_loader_us:.1f}, "
           f"{loader_us - hand_loader_us:+.1f})")  # fmt: skip

@@ -8,33 +8,32 @@ t-interval say whether a goal such as "adds <= 200 us per step" is met (the whol
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 
-__all__ = ["goal_verdict", "paired_difference"]
+from cadence_harness.stats import Interval, paired_t_difference
+
+__all__ = ["goal_text", "goal_verdict", "paired_difference"]
 
 
-def paired_difference(
-    variant: Sequence[float], baseline: Sequence[float]
-) -> tuple[float, float | None, float | None, int]:
-    """``(mean, low, high, n)`` of ``variant[i] - baseline[i]``: the mean and its 95% t-interval (None below two
-    pairs)."""
+def paired_difference(variant: Sequence[float], baseline: Sequence[float]) -> Interval:
+    """The mean of ``variant[i] - baseline[i]`` with its 95% t-interval (no bounds below two pairs): the same
+    paired interval the reports use (`cadence_harness.stats`)."""
     if len(variant) != len(baseline) or not variant:
         raise ValueError(f"need equally many repeats of both, one or more; got {len(variant)} and {len(baseline)}")
-    differences = [a - b for a, b in zip(variant, baseline)]
-    mean = statistics.fmean(differences)
-    if len(differences) < 2:
-        return mean, None, None, 1
-    from scipy.stats import t
-
-    half = t.ppf(0.975, len(differences) - 1) * statistics.stdev(differences) / len(differences) ** 0.5
-    return mean, mean - half, mean + half, len(differences)
+    return paired_t_difference(variant, baseline)
 
 
-def goal_verdict(low: float | None, high: float | None, mean: float, goal: float) -> str:
+def goal_verdict(extra: Interval, goal: float) -> str:
     """PASS when the whole interval is within `goal`, FAIL when all of it is beyond, else INCONCLUSIVE."""
-    if low is None or high is None:
-        return f"{'PASS' if mean <= goal else 'FAIL'} (one repeat: no interval; use --repeats 5 or more)"
-    if high <= goal:
+    if extra.low is None or extra.high is None:
+        return f"{'PASS' if extra.mean <= goal else 'FAIL'} (one repeat: no interval; use --repeats 5 or more)"
+    if extra.high <= goal:
         return "PASS"
-    return "FAIL" if low > goal else "INCONCLUSIVE at this machine's noise (more --repeats, or a quieter machine)"
+    return "FAIL" if extra.low > goal else "INCONCLUSIVE at this machine's noise (more --repeats, or a quieter machine)"
+
+
+def goal_text(extra: Interval, goal: float, unit: str) -> str:
+    """The line a benchmark prints: ``mean [low, high] (95%, n paired repeats) unit; goal <= goal: verdict``."""
+    bounds = extra.low is not None and extra.high is not None
+    interval = f" [{extra.low:.1f}, {extra.high:.1f}] (95%, n={extra.n} paired repeats)" if bounds else ""
+    return f"{extra.mean:.1f}{interval} {unit}; goal <= {goal:.0f} {unit.split()[0]}: {goal_verdict(extra, goal)}"

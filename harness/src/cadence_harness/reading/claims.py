@@ -37,7 +37,7 @@ A FLOPs cost claim that holds by the method's construction (`by_construction`) g
 is labelled *by construction*, with the measured ratio.
 
 What is tested, on the method's own arm at the claim's `settings` (`cadence_harness.reading.claim_arms`;
-`cadence_harness.reading.stats`: paired Student-t, n beside every interval):
+`cadence_harness.stats`: paired Student-t, n beside every interval):
 
 * ``accuracy``: the paired Δ accuracy against the baseline at the longest budget the arm has;
 * ``speedup``: the speedup at matched accuracy at each budget (`cadence_harness.reading.tradeoff`;
@@ -64,9 +64,9 @@ import numpy as np
 
 from cadence_harness.reading.claim_arms import claim_arm, settings_text
 from cadence_harness.reading.conditions import CONDITIONS, parse_conditions, study_conditions, unmet
-from cadence_harness.reading.stats import holm, paired_t_difference, paired_t_ratio, t_p_values
 from cadence_harness.reading.summaries import ArmSummary, NoiseFloor, Section
 from cadence_harness.reading.tradeoff import COSTS
+from cadence_harness.stats import holm, paired_t_difference, paired_t_ratio, t_p_values
 
 __all__ = [
     "BY_CONSTRUCTION",

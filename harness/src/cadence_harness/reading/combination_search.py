@@ -4,7 +4,7 @@ A recipe is judged as the issue that asked for it states: by how much less its c
 the **baseline's best accuracy** than the baseline's curve does (cost to reach it, read off each mean
 curve made monotone and interpolated against log cost, as `cadence_harness.reading.tradeoff` does), with a
 paired t-interval over seeds on the log speedups of each seed pair (seed i's arm curve against seed i's
-baseline curve at that seed's best accuracy; `cadence_harness.reading.stats`). A recipe *qualifies* at
+baseline curve at that seed's best accuracy; `cadence_harness.stats`). A recipe *qualifies* at
 >= 1.5x with the interval above 1.
 
 The search (`greedy_search`), over the records a study already holds:
@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cadence_harness.reading.mild import mild_curve
-from cadence_harness.reading.stats import paired_log_interval
 from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.tradeoff import COSTS, Curve, cost_to_reach, paired_by_seed
 from cadence_harness.records import budget_value
+from cadence_harness.stats import paired_log_interval
 
 __all__ = [
     "QUALIFYING_SPEEDUP",

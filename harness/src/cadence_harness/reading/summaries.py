@@ -17,7 +17,7 @@ A summary never pools different configurations:
   Schedule at ratio 0.5 against the baseline's half budget) measures nothing but the machine: its time
   ratios are the section's timing noise floor (`NoiseFloor`), shown instead of speedups.
 
-See `cadence_harness.reading.stats` for which interval is used where.
+See `cadence_harness.stats` for which interval is used where.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cadence_harness.reading.peaks import peak_fraction
-from cadence_harness.reading.stats import (
+from cadence_harness.reading.tradeoff import COSTS, Curve, Speedup, curves_from_records, floor_of, matched_speedups
+from cadence_harness.records import RunRecord, arm_methods, budget_value, latest_per_config
+from cadence_harness.stats import (
     Interval,
     benjamini_hochberg,
     log_t_interval,
@@ -38,8 +40,6 @@ from cadence_harness.reading.stats import (
     paired_t_ratio,
     t_interval,
 )
-from cadence_harness.reading.tradeoff import COSTS, Curve, Speedup, curves_from_records, floor_of, matched_speedups
-from cadence_harness.records import RunRecord, arm_methods, budget_value, latest_per_config
 
 __all__ = ["SETTINGS", "ArmSummary", "NoiseFloor", "Section", "identity_arms", "sections_of", "summarize"]
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from cadence.time import Time
 from cadence_harness.reading.peaks import peak_of
-from cadence_harness.reading.stats import Interval
 from cadence_harness.reading.tradeoff import COSTS, cyclic_checks, pareto_points, verdict
+from cadence_harness.stats import Interval
 
 if TYPE_CHECKING:
     from cadence_harness.reading.summaries import ArmSummary, Section

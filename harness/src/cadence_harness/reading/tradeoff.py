@@ -13,7 +13,7 @@ than its longest budget, or less than its shortest).
 The interval is a paired Student-t interval on the log speedups of the seeds (an arm and its baseline
 share a seed's data order and initialisation): seed i's speedup reads the arm's seed-i point against
 the baseline's seed-i curve, and ``exp(mean ± t(0.975, n-1) · s / √n)`` of their logs bounds it, so it
-never crosses zero (`cadence_harness.reading.stats`: the same family as every other paired comparison).
+never crosses zero (`cadence_harness.stats`: the same family as every other paired comparison).
 A seed beyond the baseline's range enters with its bound on the side where the bound is safe, and
 leaves the other side unbounded. The point is the speedup of the mean curves (MosaicML's figure).
 With one seed there is no interval and no speedup is reported.
@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cadence_harness.reading.stats import (
+from cadence_harness.records import RunRecord, budget_value
+from cadence_harness.stats import (
     Interval,
     log_t_interval,
     paired_log_interval,
     paired_t_difference,
     t_interval,
 )
-from cadence_harness.records import RunRecord, budget_value
 
 __all__ = [
     "COSTS",
