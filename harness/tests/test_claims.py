@@ -22,7 +22,8 @@ from cadence_harness.reading.claims import (
     judge_claims,
     parse_claims,
 )
-from cadence_harness.reading.summaries import NoiseFloor, Section, identity_arms, sections_of
+from cadence_harness.reading.noise_floor import NoiseFloor, identity_arms
+from cadence_harness.reading.summaries import Section, sections_of
 from cadence_harness.reading.tables import tradeoff_markdown
 from cadence_harness.records import TAG, RunRecord, budget_value
 from cadence_harness.running.recipe import Recipe

@@ -44,6 +44,7 @@ __all__ = [
     "latest_per_config",
     "read_records",
     "records_file",
+    "same_machine",
 ]
 
 TAG = "cadence."  # prefix of every tag the harness writes, and of a record's identity tags
@@ -223,6 +224,16 @@ def append_records(path: str | Path, records: Iterable[RunRecord]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as handle:
             handle.write("".join(lines))
+
+
+def same_machine(runs: Iterable[RunRecord]) -> str | None:
+    """The machine (recorded ``device_name``) every one of `runs` ran on, or None where they ran on several.
+
+    Times are compared only within one machine: the same computation's time differs across machines by more
+    than most methods' effects (a bf16 ResNet-20 run took 0.54x the time on one "AMD EPYC" as on another).
+    FLOPs and accuracy compare across machines; times do not."""
+    names = {run.params.get("device_name", "") for run in runs}
+    return names.pop() if len(names) == 1 else None
 
 
 def arm_methods(arm: str) -> list[str]:

@@ -64,8 +64,10 @@ import numpy as np
 
 from cadence_harness.reading.claim_arms import claim_arm, settings_text
 from cadence_harness.reading.conditions import CONDITIONS, parse_conditions, study_conditions, unmet
-from cadence_harness.reading.summaries import ArmSummary, NoiseFloor, Section
+from cadence_harness.reading.noise_floor import NoiseFloor
+from cadence_harness.reading.summaries import TIMES, ArmSummary, Section
 from cadence_harness.reading.tradeoff import COSTS
+from cadence_harness.records import same_machine
 from cadence_harness.stats import holm, paired_t_difference, paired_t_ratio, t_p_values
 
 __all__ = [
@@ -189,18 +191,18 @@ class _Evidence:
 
 
 def _paired(section: Section, row: ArmSummary, key: str) -> tuple[list[float], list[float]]:
-    """(arm, baseline) values of `key` for the seeds both the row and its baseline (same budget) ran."""
+    """(arm, baseline) values of `key` for the seeds both the row and its baseline (same budget) ran; for a time,
+    only the seeds whose two runs ran on one machine."""
     base = {
-        r.seed: r.metrics.get(key)
+        r.seed: r
         for r in section.records
         if r.arm == "baseline" and not r.cycles and r.budget == row.budget and r.family_hash == row.family_hash
     }
-    pairs = [
-        (r.metrics.get(key), base.get(r.seed))
-        for r in section.records
-        if r.group_hash == row.group_hash and r.run_id in row.run_ids
-    ]
-    kept = [(a, b) for a, b in pairs if a is not None and b is not None and b == b and a == a]
+    mine = [r for r in section.records if r.group_hash == row.group_hash and r.run_id in row.run_ids]
+    pairs = [(r, base[r.seed]) for r in mine if r.seed in base]
+    pairs = [(r, b) for r, b in pairs if key not in TIMES or same_machine((r, b)) is not None]
+    values = [(r.metrics.get(key), b.metrics.get(key)) for r, b in pairs]
+    kept = [(a, b) for a, b in values if a is not None and b is not None and b == b and a == a]
     return [a for a, _ in kept], [b for _, b in kept]
 
 
@@ -246,7 +248,7 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
         text = f"{on}{COSTS[claim.unit]} ratio " + ", ".join(parts)
         if claim.by_construction:
             return _Evidence(early=Judgement(BY_CONSTRUCTION, f"{claim.by_construction}; measured {text}"))
-        if timed and (floor is None or claim.size < floor.factor):
+        if timed and (floor is None or floor.factor is None or claim.size < floor.factor):
             return _Evidence(early=Judgement(INCONCLUSIVE, text + _below_floor(claim, floor)))
         if not tests:
             return _Evidence(early=Judgement(INCONCLUSIVE, text + ": no budget has two paired seeds"))
@@ -262,7 +264,7 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
     text = f"{on}speedup at matched accuracy ({COSTS[claim.unit]}): " + "; ".join(
         f"{s.budget} {s.format()}" for s in speedups
     )
-    if timed and (floor is None or claim.size < floor.factor):
+    if timed and (floor is None or floor.factor is None or claim.size < floor.factor):
         return _Evidence(early=Judgement(INCONCLUSIVE, text + _below_floor(claim, floor)))
     tests = []
     for s in speedups:
@@ -278,6 +280,11 @@ def _below_floor(claim: Claim, floor: NoiseFloor | None) -> str:
         return (
             ": this study has no identity arm (e.g. Scale Schedule at ratio 0.5 beside the baseline's half budgets), "
             "so how much identical runs differ in time here is unknown"
+        )
+    if floor.factor is None:
+        return (
+            f": this study's identity arm ran on another machine than its baseline ({floor.machines}), so how much "
+            "identical runs differ in time on one machine is unknown"
         )
     claimed = f"the claimed {claim.size:g}x" if claim.size > 1 else "any speed-up"
     return f": {claimed} is below this study's timing noise floor ({floor.factor:.2f}x between identical runs)"

@@ -12,10 +12,10 @@ A summary never pools different configurations:
   tradeoff curve with the baseline's curve of its family (`cadence_harness.reading.tradeoff`);
 * the better/worse cells of a section's speedup tables are one family: their p-values are adjusted
   together (Benjamini-Hochberg) before a cell is called better or worse;
-* an *identity arm* (one whose runs compute exactly a baseline run: the same seed, run length, final
-  accuracy (on a GPU, within its nondeterminism) and FLOPs, under another budget's name, e.g. Scale
-  Schedule at ratio 0.5 against the baseline's half budget) measures nothing but the machine: its time
-  ratios are the section's timing noise floor (`NoiseFloor`), shown instead of speedups.
+* times are compared only between runs of one machine (`cadence_harness.records.same_machine`): an arm
+  run on another machine than its baseline gets accuracy and FLOPs comparisons, and no time speedup;
+* an *identity arm* measures nothing but the machine: its time ratios are the section's timing noise
+  floor (`cadence_harness.reading.noise_floor`), shown instead of speedups.
 
 See `cadence_harness.stats` for which interval is used where.
 """
@@ -28,9 +28,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from cadence_harness.reading.noise_floor import NoiseFloor, identity_arms
 from cadence_harness.reading.peaks import peak_fraction
 from cadence_harness.reading.tradeoff import COSTS, Curve, Speedup, curves_from_records, floor_of, matched_speedups
-from cadence_harness.records import RunRecord, arm_methods, budget_value, latest_per_config
+from cadence_harness.records import RunRecord, arm_methods, budget_value, latest_per_config, same_machine
 from cadence_harness.stats import (
     Interval,
     benjamini_hochberg,
@@ -41,7 +42,7 @@ from cadence_harness.stats import (
     t_interval,
 )
 
-__all__ = ["SETTINGS", "ArmSummary", "NoiseFloor", "Section", "identity_arms", "sections_of", "summarize"]
+__all__ = ["SETTINGS", "TIMES", "ArmSummary", "Section", "sections_of", "summarize"]
 
 
 SETTINGS = ("model", "data", "subset", "eval_subset", "duration", "batch_size", "precision", "device_name")
@@ -157,11 +158,18 @@ def _summarize_group(records: list[RunRecord]) -> ArmSummary:
     )
 
 
+TIMES = frozenset({"final/train_s", "final/cpu_s", "final/wall_s", "final/time_to_target_s"})  # machine-bound
+
+
 def _paired(arm: list[RunRecord], base: list[RunRecord], key: str) -> tuple[list[float], list[float]]:
-    """Values of `key` for the seeds both groups have (and both logged)."""
-    by_seed = {r.seed: r.metrics.get(key) for r in base}
-    pairs = [(r.metrics.get(key), by_seed.get(r.seed)) for r in arm]
-    kept = [(a, b) for a, b in pairs if a is not None and b is not None]
+    """Values of `key` for the seeds both groups have (and both logged); for a time, only the seeds whose two
+    runs ran on one machine (`same_machine`)."""
+    by_seed = {r.seed: r for r in base}
+    pairs = [(r, by_seed.get(r.seed)) for r in arm]
+    if key in TIMES:
+        pairs = [(r, b) for r, b in pairs if b is not None and same_machine((r, b)) is not None]
+    values = [(r.metrics.get(key), b.metrics.get(key)) for r, b in pairs if b is not None]
+    kept = [(a, b) for a, b in values if a is not None and b is not None]
     return [a for a, _ in kept], [b for _, b in kept]
 
 
@@ -197,89 +205,6 @@ def summarize(records: Sequence[RunRecord]) -> list[ArmSummary]:
             _compare(summary, group, base)
         summaries.append(summary)
     return sorted(summaries, key=_order)
-
-
-# The timing null --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class NoiseFloor:
-    """The time ratios (baseline time / arm time) of runs that compute exactly what a baseline run computes."""
-
-    arms: tuple[str, ...]
-    ratios: tuple[tuple[str, int, float], ...]  # (the arm's budget, seed, ratio)
-    on_gpu: bool = False  # whether any pair ran on a GPU, where "the same accuracy" allows the kernels' nondeterminism
-
-    @property
-    def factor(self) -> float:
-        """The largest factor by which two identical computations differed in time (>= 1)."""
-        return max(math.exp(abs(math.log(r))) for _, _, r in self.ratios)
-
-    def format(self) -> str:
-        shown = ", ".join(f"{r:.2f}" for _, _, r in self.ratios)
-        accuracy = "accuracy within the GPU kernels' nondeterminism" if self.on_gpu else "accuracy to the bit"
-        return (
-            f"Timing noise floor: {' and '.join(self.arms)} computes exactly the baseline's runs (same seed, run "
-            f"length and FLOPs, {accuracy}), yet its time ratios were "
-            f"{shown} (n={len(self.ratios)} pairs): identical computations differed in time by up to "
-            f"{self.factor:.2f}x. Time speedups of that size are timing noise, and time claims smaller than it are "
-            "inconclusive here."
-        )
-
-
-# On a GPU the same program does not give the same bits: cuDNN's and atomics' summation orders vary from run to
-# run. In cifar10_fast_study (H200, bf16) Scale Schedule 0.5's 14 twins of the baseline's half-budget runs had the
-# same FLOPs; 9 had the same accuracy to the bit, 5 differed by 0.06 to 0.39 pp of 10,000 test images.
-GPU_ACCURACY_TOLERANCE = 0.005  # 0.5 pp: an identical computation's accuracy on a GPU, as fractions
-
-
-def _on_gpu(run: RunRecord, twin: RunRecord) -> bool:
-    return "gpu" in (run.params.get("device"), twin.params.get("device"))
-
-
-def _twins(run: RunRecord, twin: RunRecord) -> bool:
-    """Whether `run` computes what the baseline's `twin` computes: the same FLOPs, and the same accuracy (to the
-    bit on a CPU; within `GPU_ACCURACY_TOLERANCE` where either ran on a GPU, whose kernels are not deterministic)."""
-    flops, accuracy = run.metrics.get("final/flops"), run.metrics.get("final/accuracy")
-    twin_accuracy = twin.metrics.get("final/accuracy")
-    if flops is None or flops != twin.metrics.get("final/flops") or accuracy is None or twin_accuracy is None:
-        return False
-    if _on_gpu(run, twin):
-        return abs(accuracy - twin_accuracy) <= GPU_ACCURACY_TOLERANCE
-    return accuracy == twin_accuracy
-
-
-def identity_arms(records: Sequence[RunRecord]) -> NoiseFloor | None:
-    """The arms of `records` whose runs repeat a baseline run of the same seed and run length (``max_duration``)
-    under another budget's name with the same final accuracy and FLOPs (`_twins`; two such pairs or more, and
-    none that differs), and their time ratios; None where there is none. Same-budget arms are never identities: a method
-    that changes how (not what) the machine computes, channels_last say, may give the same numbers, and its time
-    difference is its effect."""
-    base = {
-        (r.seed, r.params.get("max_duration"), r.family_hash): r
-        for r in records
-        if r.arm == "baseline" and not r.cycles
-    }
-    by_arm: dict[str, list[RunRecord]] = defaultdict(list)
-    for record in records:
-        if record.arm != "baseline" and not record.cycles:
-            by_arm[record.arm].append(record)
-    arms, ratios, on_gpu = [], [], False
-    for arm, runs in sorted(by_arm.items()):
-        pairs, gpu = [], False
-        for run in runs:
-            twin = base.get((run.seed, run.params.get("max_duration"), run.family_hash))
-            if twin is None or twin.budget == run.budget:
-                continue  # nothing the baseline ran for as long under another budget's name
-            times = twin.metrics.get("final/train_s"), run.metrics.get("final/train_s")
-            if not _twins(run, twin) or not times[0] or not times[1]:
-                break  # one run that differs: the arm computes something else
-            pairs.append((run.budget, run.seed, times[0] / times[1]))
-            gpu = gpu or _on_gpu(run, twin)
-        else:
-            if len(pairs) >= 2:
-                arms.append(arm)
-                on_gpu = on_gpu or gpu
-                ratios += sorted(pairs, key=lambda p: (budget_value(p[0]), p[1]))
-    return NoiseFloor(tuple(arms), tuple(ratios), on_gpu) if arms else None
 
 
 def _adjust(section: Section) -> None:
@@ -363,6 +288,21 @@ def _family_names(families: dict[str, list[ArmSummary]]) -> dict[str, str]:
     return names
 
 
+TIMED_UNITS = ("train_s", "cpu_s")  # the curves' cost units that are times
+
+
+def _other_machine(curve: Curve, base: Curve, runs: dict[str, RunRecord]) -> str:
+    """Why `curve`'s times are not compared with its baseline's: they ran on different machines (or either on
+    several); "" when all of them ran on one."""
+    mine = [runs[i] for i in curve.run_ids if i in runs]
+    theirs = [runs[i] for i in base.run_ids if i in runs]
+    if same_machine(mine + theirs) is not None:
+        return ""
+    where = sorted({r.params.get("device_name", "?") for r in mine})
+    base_where = sorted({r.params.get("device_name", "?") for r in theirs})
+    return f"ran on {' and '.join(where)}, the baseline on {' and '.join(base_where)}: times of different machines"
+
+
 def sections_of(records: Sequence[RunRecord], summaries: Sequence[ArmSummary] | None = None) -> list[Section]:
     """The report's sections, each with its curves and the speedups of every arm's curve against its baseline's."""
     kept = latest_per_config(records)
@@ -380,12 +320,17 @@ def sections_of(records: Sequence[RunRecord], summaries: Sequence[ArmSummary] | 
             section.noise_floor = identity_arms(runs)
             sweep = section.sweep_curve("baseline")
             section.floor = floor_of(sweep) if sweep is not None else None
+            machines = {r.run_id: r for r in runs}
             for curve in section.curves:
                 base = section.baseline_curve(curve)
                 if base is not None and curve.arm != "baseline":
+                    elsewhere = _other_machine(curve, base, machines)
                     for unit in COSTS:
                         floor = section.floor if not curve.cyclic else floor_of(base)
-                        section.speedups[(curve.curve_hash, unit)] = matched_speedups(curve, base, unit, floor=floor)
+                        speedups = matched_speedups(curve, base, unit, floor=floor)
+                        if unit in TIMED_UNITS and elsewhere:
+                            speedups = [dataclasses.replace(s, left_out=elsewhere) for s in speedups]
+                        section.speedups[(curve.curve_hash, unit)] = speedups
             _adjust(section)
             sections.append(section)
     return sections

@@ -42,6 +42,7 @@ def mismatch(records: Path, here: Mapping[str, str], planned: Sequence[str] = ()
     return (
         f"warning: {count} of the {len(recorded)} runs recorded in {records} ran with {_describe(theirs)}; this "
         f"machine has {_describe(differing)}. The {len(planned)} new runs will be compared with them, and FLOPs "
-        "counts and times can differ across machines and versions. Run the study in one environment, or keep "
-        "these runs apart (--records another folder)."
+        "counts can differ across versions; times are compared only between runs of one machine (device_name), "
+        "so the new runs get no time speedups against the recorded ones. Run the study in one environment, or "
+        "keep these runs apart (--records another folder)."
     )

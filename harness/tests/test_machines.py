@@ -1,0 +1,110 @@
+"""Times are compared only within one machine: the recorded CPU name carries its family and model, a speedup in
+time pairs runs of one machine, and an identity arm run on another machine sets no timing noise floor."""
+
+from __future__ import annotations
+
+import pytest
+
+from cadence_harness.reading.claims import INCONCLUSIVE, judge, parse_claims
+from cadence_harness.reading.noise_floor import identity_arms
+from cadence_harness.reading.summaries import sections_of
+from cadence_harness.records import TAG, RunRecord, budget_value, same_machine
+from cadence_harness.running.provenance import cpu_name
+
+OLD, NEW = "AMD EPYC", "AMD EPYC (family 26, model 2)"
+
+
+def _run(
+    arm: str, budget: str, seed: int, accuracy: float, train_s: float, machine: str, length: str = ""
+) -> RunRecord:
+    length = length or budget
+    tags = {
+        "arm": arm,
+        "seed": str(seed),
+        "budget": budget,
+        "family_hash": "family",
+        "config_hash": f"{arm}-{budget}-s{seed}",
+        "group_hash": f"{arm}-{budget}",
+        "baseline_hash": f"baseline-{budget}",
+        "curve_hash": f"curve-{arm}",
+        "baseline_curve_hash": "curve-baseline",
+    }
+    return RunRecord(
+        run_id=f"{arm}-{budget}-s{seed}",
+        experiment="study",
+        tags={f"{TAG}{key}": value for key, value in tags.items()},
+        params={"duration": budget, "max_duration": length, "device": "cpu", "device_name": machine},
+        metrics={
+            "final/accuracy": accuracy,
+            "final/flops": budget_value(length) * 1e12,
+            "final/train_s": train_s,
+            "final/cpu_s": 2 * train_s,
+        },
+    )
+
+
+def _baseline(machine: str = OLD) -> list[RunRecord]:
+    return [
+        _run("baseline", budget, s, accuracy + s / 100, seconds, machine)
+        for budget, accuracy, seconds in [("2ep", 0.40, 20.0), ("4ep", 0.50, 40.0), ("8ep", 0.60, 80.0)]
+        for s in range(3)
+    ]
+
+
+def test_the_cpu_name_carries_family_and_model_which_a_virtual_machines_brand_hides() -> None:
+    zen5 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n\n"
+    assert cpu_name(zen5 + "processor\t: 1\ncpu family\t: 25\n") == NEW  # the first processor speaks for all
+    assert cpu_name("model name\t: Apple M2\n") == "Apple M2"  # nothing more to tell: the name alone
+
+
+def test_same_machine_names_the_one_machine_or_none() -> None:
+    one, other = _run("a", "2ep", 0, 0.5, 1.0, OLD), _run("b", "2ep", 0, 0.5, 1.0, NEW)
+    assert same_machine([one, one]) == OLD and same_machine([one, other]) is None
+
+
+def test_an_arm_run_on_another_machine_is_compared_in_accuracy_and_flops_never_in_time() -> None:
+    """The arm's runs took half the baseline's time for the same work on a faster machine: no time speedup."""
+    arm = [
+        _run("fast", budget, s, accuracy + s / 100, seconds, NEW)
+        for budget, accuracy, seconds in [("2ep", 0.45, 10.0), ("4ep", 0.55, 20.0), ("8ep", 0.62, 40.0)]
+        for s in range(3)
+    ]
+    (section,) = sections_of(_baseline() + arm)
+    curve = section.sweep_curve("fast")
+    assert curve is not None
+    for unit in ("train_s", "cpu_s"):
+        speedups = section.speedups_of(curve, unit)
+        assert speedups and all("times of different machines" in s.left_out for s in speedups)
+        assert all(s.q is None for s in speedups)  # not in the better/worse family either
+    assert any(s.verdict == "better" or s.low is not None for s in section.speedups_of(curve, "flops"))
+    row = next(s for s in section.summaries if s.arm == "fast" and s.budget == "4ep")
+    assert row.speedup is None and row.flops_ratio is not None and row.accuracy_delta is not None
+    (same,) = sections_of(_baseline() + [_run(r.arm, r.budget, r.seed, *_values(r), OLD) for r in arm])
+    assert all(not s.left_out for s in same.speedups_of(same.sweep_curve("fast"), "train_s"))  # type: ignore[arg-type]
+
+
+def _values(record: RunRecord) -> tuple[float, float]:
+    return record.metrics["final/accuracy"], record.metrics["final/train_s"]
+
+
+def test_an_identity_arm_on_another_machine_shows_the_machines_difference_and_sets_no_floor() -> None:
+    """Scale Schedule 0.5 on a newer machine repeats the baseline's 2ep and 4ep to the bit in 0.54x the time."""
+    twins = [
+        _run("scale_schedule", budget, s, accuracy + s / 100, seconds * 0.54, NEW, length)
+        for budget, length, accuracy, seconds in [("4ep", "2ep", 0.40, 20.0), ("8ep", "4ep", 0.50, 40.0)]
+        for s in range(3)
+    ]
+    floor = identity_arms(_baseline() + twins)
+    assert floor is not None and floor.arms == ("scale_schedule",)
+    assert floor.factor is None and not floor.ratios and len(floor.elsewhere) == 6
+    assert floor.machines == f"{NEW} against the baseline's {OLD}"
+    assert "time ratios 1.85, 1.85" in floor.format() and "unmeasured" in floor.format()
+    (section,) = sections_of(_baseline() + twins)
+    (claim,) = parse_claims(
+        {"claims": [{"claim": "1.5x", "source": "x", "expects": "cost", "unit": "train_s", "size": 1.5}]}, where="t"
+    )
+    verdict = judge(claim, section, "scale_schedule")
+    assert verdict.verdict == INCONCLUSIVE and "ran on another machine than its baseline" in verdict.reason
+    mixed = twins[:3] + [_run(r.arm, r.budget, r.seed, *_values(r), OLD, "4ep") for r in twins[3:]]
+    floor = identity_arms(_baseline() + mixed)
+    assert floor is not None and floor.factor == pytest.approx(1 / 0.54) and len(floor.elsewhere) == 3
