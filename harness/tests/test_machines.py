@@ -3,13 +3,18 @@ time pairs runs of one machine, and an identity arm run on another machine sets 
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+
 import pytest
+import torch
 
 from cadence_harness.reading.claims import INCONCLUSIVE, judge, parse_claims
 from cadence_harness.reading.noise_floor import identity_arms
 from cadence_harness.reading.summaries import sections_of
 from cadence_harness.records import TAG, RunRecord, budget_value, same_machine
-from cadence_harness.running.provenance import cpu_name
+from cadence_harness.running.provenance import cpu_name, environment
 
 OLD, NEW = "AMD EPYC", "AMD EPYC (family 26, model 2)"
 
@@ -60,6 +65,23 @@ def test_the_cpu_name_carries_family_and_model_which_a_virtual_machines_brand_hi
 def test_same_machine_names_the_one_machine_or_none() -> None:
     one, other = _run("a", "2ep", 0, 0.5, 1.0, OLD), _run("b", "2ep", 0, 0.5, 1.0, NEW)
     assert same_machine([one, one]) == OLD and same_machine([one, other]) is None
+    gpu = _run("a", "2ep", 0, 0.5, 1.0, "NVIDIA H200")
+    hosted = dataclasses.replace(gpu, params={**gpu.params, "host_cpu": "Intel Xeon (family 6, model 143)"})
+    assert same_machine([hosted, hosted]) == "NVIDIA H200 on Intel Xeon (family 6, model 143)"
+    assert same_machine([gpu, hosted]) is None  # one card, two hosts: a host-bound run's time is the host's
+
+
+def test_a_run_records_its_machine_start_and_on_a_gpu_its_host() -> None:
+    env = environment(torch.device("cpu"))
+    assert (
+        env["device_name"] == cpu_name(Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").is_file() else True
+    )
+    assert len(env["boot_id"]) > 0 and "host_cpu" not in env  # on a CPU the device is the host
+    record = RunRecord(
+        run_id="r", experiment="e", tags={}, params={**env, "seed": "0"}, metrics={"final/accuracy": 0.5}
+    )
+    line = json.loads(record.to_json())
+    assert line["machine"]["boot_id"] == env["boot_id"]  # kept with the machine, not among the settings
 
 
 def test_an_arm_run_on_another_machine_is_compared_in_accuracy_and_flops_never_in_time() -> None:

@@ -57,7 +57,7 @@ EVAL_KEYS = {  # the per-evaluation metrics a record keeps, by their short name
     "flops": "cost/flops",
     "cycle_end": "curve/cycle_end",
 }
-MACHINE_PARAMS = ("device_name", "cpu_threads", "python", "cuda_driver")
+MACHINE_PARAMS = ("device_name", "host_cpu", "cpu_threads", "python", "cuda_driver", "boot_id")
 _IMPORT_TAGS = (f"{TAG}record_run_id", f"{TAG}imported_from")  # where an imported copy came from: not the run's
 
 
@@ -227,12 +227,13 @@ def append_records(path: str | Path, records: Iterable[RunRecord]) -> None:
 
 
 def same_machine(runs: Iterable[RunRecord]) -> str | None:
-    """The machine (recorded ``device_name``) every one of `runs` ran on, or None where they ran on several.
+    """The machine every one of `runs` ran on (its recorded ``device_name``, and on a GPU its ``host_cpu``), or
+    None where they ran on several.
 
     Times are compared only within one machine: the same computation's time differs across machines by more
-    than most methods' effects (a bf16 ResNet-20 run took 0.54x the time on one "AMD EPYC" as on another).
-    FLOPs and accuracy compare across machines; times do not."""
-    names = {run.params.get("device_name", "") for run in runs}
+    than most methods' effects (a bf16 ResNet-20 run took 0.54x the time on one "AMD EPYC" as on another, and
+    a host-bound GPU run depends on its host). FLOPs and accuracy compare across machines; times do not."""
+    names = {" on ".join(filter(None, (run.params.get("device_name", ""), run.params.get("host_cpu")))) for run in runs}
     return names.pop() if len(names) == 1 else None
 
 

@@ -74,7 +74,19 @@ def environment(device: torch.device) -> dict[str, str]:
     if device.type == "cuda":
         env["versions.cuda"] = str(torch.version.cuda)
         env["cuda_driver"] = _driver_version()
+        env["host_cpu"] = _cpu_name()  # a host-bound GPU run's time depends on it (`records.same_machine`)
+    env["boot_id"] = _boot_id()
     return env
+
+
+def _boot_id() -> str:
+    """This boot of this machine (Linux's random boot id): runs that share it ran on one machine start, which
+    tells a lent machine's sessions apart (the GPU study's same configurations ran 1.3-1.6x slower on some
+    starts than on others)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
 
 
 def _cpu_name() -> str:
