@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from cadence_harness.reading.claims import INCONCLUSIVE, judge, parse_claims
+from cadence_harness.reading.combination_search import greedy_search
 from cadence_harness.reading.noise_floor import identity_arms
 from cadence_harness.reading.summaries import sections_of
 from cadence_harness.records import TAG, RunRecord, budget_value, same_machine
@@ -103,6 +104,19 @@ def test_an_arm_run_on_another_machine_is_compared_in_accuracy_and_flops_never_i
     assert row.speedup is None and row.flops_ratio is not None and row.accuracy_delta is not None
     (same,) = sections_of(_baseline() + [_run(r.arm, r.budget, r.seed, *_values(r), OLD) for r in arm])
     assert all(not s.left_out for s in same.speedups_of(same.sweep_curve("fast"), "train_s"))  # type: ignore[arg-type]
+
+
+def test_the_recipe_search_compares_times_within_one_machine_only() -> None:
+    fast = [
+        _run("fast", budget, s, accuracy + s / 100, seconds, NEW)
+        for budget, accuracy, seconds in [("2ep", 0.50, 10.0), ("4ep", 0.60, 20.0), ("8ep", 0.62, 40.0)]
+        for s in range(3)
+    ]
+    (section,) = sections_of(_baseline() + fast)
+    in_time, in_flops = greedy_search(section, "train_s"), greedy_search(section, "flops")
+    assert in_time.singles[0][:2] == ("fast", None) and in_time.elsewhere == {"fast"}
+    assert "fast | not compared: its times and the baseline's come from different machines" in in_time.markdown()
+    assert in_flops.singles[0][1] is not None and not in_flops.elsewhere  # FLOPs compare across machines
 
 
 def _values(record: RunRecord) -> tuple[float, float]:

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from cadence_harness.reading.cyclic import cyclic_checks
 from cadence_harness.reading.tradeoff import (
     Curve,
     Speedup,
     cost_to_reach,
     curves_from_records,
-    cyclic_checks,
     floor_of,
     matched_speedups,
     pareto_points,

@@ -20,18 +20,14 @@ leader, if it beats the recipe, runs on all the baseline's seeds before it joins
 speed-up is then read again on every seed, so a candidate that led by luck falls back and the next
 one is confirmed in turn; a recipe is only ever judged on every seed, with its interval.
 
-Where the study holds its baseline's cyclic curve (one run per seed whose learning rate decays fully at
-every budget, Portes et al. 2022, which the report checks against the sweep), a candidate is screened
-by one cyclic run on seed 0 instead of one run per budget: a whole curve for the cost of its longest
-budget alone (16 epochs instead of 2 + 4 + 8 + 16 = 30). Its speed-up is read against the baseline's
-cyclic curve of the same seed, like for like, and only ever ranks candidates: the leader is confirmed
-by the sweep on every seed, which is what a recipe is judged by. A candidate with a sweep is read from
-its sweep.
+Where the study holds its baseline's cyclic curve (one run per seed whose learning rate decays fully at every
+budget, Portes et al. 2022), a candidate is screened by one cyclic run on seed 0: a whole curve for the cost of
+its longest budget alone. Read against the baseline's cyclic curve of the same seed, it only ranks candidates:
+the leader is confirmed by the sweep on every seed. A candidate with a sweep is read from its sweep.
 
-A round whose runs are missing stops the search there and names them, with the ``cadence-bench
-grid`` command that runs them (the grid appends them to the same records, and the next search
-continues where this one stopped). Nothing is extrapolated: a curve that never reaches the target
-gives only a bound, and such a candidate is never chosen.
+A round whose runs are missing stops the search there and names them, with the ``cadence-bench grid`` command
+that runs them. Nothing is extrapolated: a curve that never reaches the target gives only a bound, and such a
+candidate is never chosen. In time, a curve run on another machine than its baseline is not compared.
 """
 
 from __future__ import annotations
@@ -45,7 +41,7 @@ import numpy as np
 
 from cadence_harness.reading.mild import mild_curve
 from cadence_harness.reading.summaries import Section
-from cadence_harness.reading.tradeoff import COSTS, Curve, cost_to_reach, paired_by_seed
+from cadence_harness.reading.tradeoff import COSTS, TIMED, Curve, cost_to_reach, other_machine, paired_by_seed
 from cadence_harness.records import budget_value
 from cadence_harness.stats import paired_log_interval
 
@@ -177,6 +173,7 @@ class Search:
     seeds: int = 1  # the baseline's: a candidate joins the recipe only once it has run all of them
     confirming: bool = False  # `to_run` is a leader to run on every seed, not candidates to screen
     screen: str = "sweep"  # how candidates are screened: "cyclic" where the baseline has a cyclic curve
+    elsewhere: set[str] = field(default_factory=set)  # in a time: arms run on another machine than their baseline
 
     @property
     def curve(self) -> str:
@@ -198,10 +195,10 @@ class Search:
             "",
         ]
         lines += ["| method alone | speedup at the baseline's best accuracy | eligible |", "| --- | --- | --- |"]
-        lines += [f"| {m} | {s.format() if s else '—'} | {why or 'yes'} |" for m, s, why in self.singles]
+        lines += [f"| {m} | {self._shown(m, s)} | {why or 'yes'} |" for m, s, why in self.singles]
         for number, round_ in enumerate(self.rounds, 1):
-            tried = "; ".join(f"{arm}: {s.format() if s else 'not run yet'}" for arm, s in round_.tried)
-            waiting = any(speedup is None for _, speedup in round_.tried)
+            tried = "; ".join(f"{arm}: {self._shown(arm, s, 'not run yet')}" for arm, s in round_.tried)
+            waiting = any(speedup is None and arm not in self.elsewhere for arm, speedup in round_.tried)
             if round_.chosen:
                 outcome = f"chose {round_.chosen}"
             elif round_.confirming:
@@ -220,7 +217,7 @@ class Search:
             lines[-1] += f" `cadence-bench grid {self.study} --search` runs this round and the ones after it."
         if self.longer:
             lines += ["", self._longer_markdown()]
-        mild = f"`{self.mild[0]}`, {self.mild[1].format() if self.mild[1] else '—'}" if self.mild else "not run here"
+        mild = f"`{self.mild[0]}`, {self._shown(*self.mild)}" if self.mild else "not run here"
         lines += ["", f"Composer's Mild set (`cadence_harness.reading.mild`), beside the search: {mild}."]
         if self.speedup is not None:
             judged = self.fresh or self.speedup
@@ -241,6 +238,15 @@ class Search:
         if self.speedup is not None and self.speedup.estimate is None:
             lines[-1] += " Its curve does not reach the baseline's best accuracy: only a bound is known."
         return "\n".join(lines)
+
+    def _shown(self, arm: str, speedup: TargetSpeedup | None, missing: str = "—") -> str:
+        if speedup is not None:
+            return speedup.format()
+        return (
+            "not compared: its times and the baseline's come from different machines"
+            if arm in self.elsewhere
+            else missing
+        )
 
     def _longer_markdown(self) -> str:
         """The cost-matched runs the methods that save cost per step need before they can be judged."""
@@ -339,6 +345,8 @@ def greedy_search(
     cyclic_base = section.cyclic_curve("baseline")
     screens = _by_methods(section.curves, cyclic=True) if cyclic_base is not None else {}
     search.screen = "cyclic" if cyclic_base is not None else "sweep"
+    if unit in TIMED:
+        search.elsewhere = {c.arm for c in section.curves if other_machine(c, (c.cyclic and cyclic_base) or base)}
     eligible: list[tuple[str, TargetSpeedup | None]] = []
     for methods, curve in sorted(curves.items(), key=lambda item: item[1].arm):
         if len(methods) != 1:

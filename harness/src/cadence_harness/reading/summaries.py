@@ -288,21 +288,6 @@ def _family_names(families: dict[str, list[ArmSummary]]) -> dict[str, str]:
     return names
 
 
-TIMED_UNITS = ("train_s", "cpu_s")  # the curves' cost units that are times
-
-
-def _other_machine(curve: Curve, base: Curve, runs: dict[str, RunRecord]) -> str:
-    """Why `curve`'s times are not compared with its baseline's: they ran on different machines (or either on
-    several); "" when all of them ran on one."""
-    mine = [runs[i] for i in curve.run_ids if i in runs]
-    theirs = [runs[i] for i in base.run_ids if i in runs]
-    if same_machine(mine + theirs) is not None:
-        return ""
-    where = sorted({r.params.get("device_name", "?") for r in mine})
-    base_where = sorted({r.params.get("device_name", "?") for r in theirs})
-    return f"ran on {' and '.join(where)}, the baseline on {' and '.join(base_where)}: times of different machines"
-
-
 def sections_of(records: Sequence[RunRecord], summaries: Sequence[ArmSummary] | None = None) -> list[Section]:
     """The report's sections, each with its curves and the speedups of every arm's curve against its baseline's."""
     kept = latest_per_config(records)
@@ -320,17 +305,12 @@ def sections_of(records: Sequence[RunRecord], summaries: Sequence[ArmSummary] | 
             section.noise_floor = identity_arms(runs)
             sweep = section.sweep_curve("baseline")
             section.floor = floor_of(sweep) if sweep is not None else None
-            machines = {r.run_id: r for r in runs}
             for curve in section.curves:
                 base = section.baseline_curve(curve)
                 if base is not None and curve.arm != "baseline":
-                    elsewhere = _other_machine(curve, base, machines)
                     for unit in COSTS:
                         floor = section.floor if not curve.cyclic else floor_of(base)
-                        speedups = matched_speedups(curve, base, unit, floor=floor)
-                        if unit in TIMED_UNITS and elsewhere:
-                            speedups = [dataclasses.replace(s, left_out=elsewhere) for s in speedups]
-                        section.speedups[(curve.curve_hash, unit)] = speedups
+                        section.speedups[(curve.curve_hash, unit)] = matched_speedups(curve, base, unit, floor=floor)
             _adjust(section)
             sections.append(section)
     return sections

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cadence.time import Time
+from cadence_harness.reading.cyclic import cyclic_checks
 from cadence_harness.reading.peaks import peak_of
-from cadence_harness.reading.tradeoff import COSTS, cyclic_checks, pareto_points, verdict
+from cadence_harness.reading.tradeoff import COSTS, pareto_points, verdict
 from cadence_harness.stats import Interval
 
 if TYPE_CHECKING:

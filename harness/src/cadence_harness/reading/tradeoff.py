@@ -39,12 +39,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cadence_harness.records import RunRecord, budget_value
+from cadence_harness.records import RunRecord, budget_value, same_machine
 from cadence_harness.stats import (
     Interval,
     log_t_interval,
     paired_log_interval,
-    paired_t_difference,
     t_interval,
 )
 
@@ -52,11 +51,9 @@ __all__ = [
     "COSTS",
     "SIGNIFICANCE",
     "Curve",
-    "CyclicCheck",
     "Speedup",
     "cost_to_reach",
     "curves_from_records",
-    "cyclic_checks",
     "matched_speedups",
     "paired_by_seed",
     "pareto_front",
@@ -65,6 +62,7 @@ __all__ = [
 ]
 
 COSTS = {"flops": "FLOPs", "train_s": "training time", "cpu_s": "CPU time"}  # unit -> what it is
+TIMED = ("train_s", "cpu_s")  # the units that are times: compared only within one machine
 SIGNIFICANCE = 0.05  # a (corrected) p-value below it is "better" or "worse"
 _FINAL = {"flops": "final/flops", "train_s": "final/train_s", "cpu_s": "final/cpu_s"}
 
@@ -84,6 +82,7 @@ class Curve:
     costs: dict[str, np.ndarray]
     run_ids: list[str] = field(default_factory=list)
     left_out: dict[str, int] = field(default_factory=dict)  # budget -> seeds run so far, where not every seed is
+    machine: str | None = ""  # the one machine its runs ran on (`same_machine`); None: several
 
     @property
     def n(self) -> int:
@@ -146,6 +145,7 @@ def curves_from_records(records: Sequence[RunRecord]) -> list[Curve]:
                 costs={u: np.array([[table[b][s][1][u] for b in budgets] for s in seeds], dtype=float) for u in units},
                 run_ids=sorted(r.run_id for r in runs),
                 left_out={b: len(table[b]) for b in sorted(table, key=budget_value) if b not in budgets},
+                machine=same_machine(runs),
             )
         )
     return sorted(curves, key=lambda c: (c.arm != "baseline", c.cyclic, c.arm.count("+"), c.arm, c.curve_hash))
@@ -256,12 +256,24 @@ def _number(value: float) -> str:
 
 def paired_by_seed(arm: Curve, base: Curve, unit: str) -> tuple[np.ndarray, ...] | None:
     """(arm accuracy, arm cost, baseline accuracy, baseline cost) over the seeds both curves have (rows in the
-    same seed order), or None when they share no seed or one lacks the cost `unit`."""
+    same seed order), or None when they share no seed, one lacks the cost `unit`, or `unit` is a time and the
+    two did not run on one machine (`other_machine`)."""
     seeds = sorted(set(arm.seeds) & set(base.seeds))
-    if unit not in arm.costs or unit not in base.costs or not seeds:
+    if unit not in arm.costs or unit not in base.costs or not seeds or (unit in TIMED and other_machine(arm, base)):
         return None
     pick_a, pick_b = [arm.seeds.index(s) for s in seeds], [base.seeds.index(s) for s in seeds]
     return arm.accuracy[pick_a], arm.costs[unit][pick_a], base.accuracy[pick_b], base.costs[unit][pick_b]
+
+
+def other_machine(arm: Curve, base: Curve) -> str:
+    """Why `arm`'s times are not compared with `base`'s: they ran on different machines (or either on several);
+    "" when both ran on one."""
+    if arm.machine is not None and arm.machine == base.machine:
+        return ""
+    return (
+        f"ran on {arm.machine or 'several machines'}, the baseline on {base.machine or 'several machines'}: "
+        "times of different machines"
+    )
 
 
 def floor_of(base: Curve) -> float | None:
@@ -282,6 +294,9 @@ def matched_speedups(
 ) -> list[Speedup]:
     """For each budget of `arm`: the baseline's cost to reach its accuracy / its cost, with a paired t-interval
     over seeds. A point whose mean accuracy is at or below `floor` (`floor_of` the baseline) is left out."""
+    elsewhere = other_machine(arm, base) if unit in TIMED else ""
+    if elsewhere:
+        return [Speedup(arm.arm, budget, unit, arm.n, None, left_out=elsewhere) for budget in arm.budgets]
     paired = paired_by_seed(arm, base, unit)
     if paired is None:
         return []
@@ -353,48 +368,3 @@ def pareto_points(curves: Sequence[Curve], unit: str) -> list[tuple[str, str, fl
         for j, budget in enumerate(curve.budgets)
     ]
     return [points[i] for i in pareto_front([(p[2], p[3]) for p in points])]
-
-
-# The cyclic curve against the sweep ---------------------------------------------------------
-@dataclass
-class CyclicCheck:
-    """How far the baseline's cyclic curve is from its sweep, budget by budget (paired by seed)."""
-
-    budgets: list[str]
-    differences: list[Interval]  # cyclic - sweep accuracy
-    sweep_spread: list[Interval]  # the sweep's own accuracy, for scale
-
-    def format(self) -> str:
-        if not self.budgets:
-            return "no budget has both a cyclic and a sweep run of the same seed"
-        parts = [f"{b}: {d.format(scale=100)} pp" for b, d in zip(self.budgets, self.differences)]
-        sizes = [abs(d.mean) * 100 for d in self.differences]
-        worst = int(np.argmax(sizes))
-        within = sum(1 for d in self.differences if d.low is not None and d.high is not None and d.low <= 0 <= d.high)
-        return (
-            f"cyclic - sweep accuracy on the baseline (n={self.differences[0].n}): {'; '.join(parts)}. "
-            f"Mean |Δ| {np.mean(sizes):.2f} pp, largest {sizes[worst]:.2f} pp at {self.budgets[worst]}; "
-            f"{within} of {len(self.budgets)} intervals contain 0."
-        )
-
-
-def cyclic_checks(curves: Sequence[Curve]) -> dict[str, CyclicCheck]:
-    """For each family with a baseline curve both ways: the cyclic curve against the sweep."""
-    checks = {}
-    for cyclic in (c for c in curves if c.cyclic and c.arm == "baseline"):
-        sweep = next(
-            (c for c in curves if not c.cyclic and c.arm == "baseline" and c.family_hash == cyclic.family_hash), None
-        )
-        if sweep is None:
-            continue
-        budgets, differences, spreads = [], [], []
-        seeds = sorted(set(cyclic.seeds) & set(sweep.seeds))
-        for budget in (b for b in cyclic.budgets if b in sweep.budgets):
-            a = cyclic.accuracy[[cyclic.seeds.index(s) for s in seeds], cyclic.budgets.index(budget)]
-            b = sweep.accuracy[[sweep.seeds.index(s) for s in seeds], sweep.budgets.index(budget)]
-            if seeds:
-                budgets.append(budget)
-                differences.append(paired_t_difference(list(a), list(b)))
-                spreads.append(t_interval(list(b)))
-        checks[cyclic.family_hash] = CyclicCheck(budgets, differences, spreads)
-    return checks
