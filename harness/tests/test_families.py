@@ -63,7 +63,10 @@ def test_huggingface_family(tracking_uri: str, tiny_recipe: Any, model: str) -> 
     spec = RunSpec(recipe, tuple(methods), seed=0)
     result = execute(spec, tracking_uri=tracking_uri, progress_bar=False)
     check_logged_run(tracking_uri, spec, result.run_id)
-    assert MlflowClient(tracking_uri).get_run(result.run_id).data.metrics["final/tokens_per_s"] > 0
+    run = MlflowClient(tracking_uri).get_run(result.run_id)
+    assert run.data.metrics["final/tokens_per_s"] > 0
+    assert len(run.data.params["tokenizer_sha256"]) == 16  # which token ids it saw (trained per machine)
+    assert "boot_id" in run.data.params and "host_cpu" not in run.data.params  # on a CPU the device is the host
 
 
 def test_a_failing_method_marks_the_run_failed(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cadence_harness.running.data import synthetic_text
-from cadence_harness.running.text_tokenizers import trained_tokenizer
+from cadence_harness.running.text_tokenizers import tokenizer_sha256, trained_tokenizer
 
 
 @pytest.mark.parametrize(("kind", "specials"), [("bert-tiny", ["[CLS]", "[SEP]"]), ("gpt2", [])])
@@ -28,5 +28,7 @@ def test_a_trained_tokenizer_is_saved_once_and_loaded_by_every_later_run(
     tokens = first.convert_ids_to_tokens(first(sample[0])["input_ids"])
     assert all(special in tokens for special in specials)  # the post-processor survived the round trip
     assert first.pad_token is not None and first.decode(first(sample[0])["input_ids"], skip_special_tokens=True)
-    trained_tokenizer(kind, texts[:-1], 300)  # other texts: another tokenizer, beside the first
+    other = trained_tokenizer(kind, texts[:-1], 300)  # other texts: another tokenizer, beside the first
     assert len(list(tmp_path.glob(f"tokenizer-{kind}-300-*.json"))) == 2
+    assert tokenizer_sha256(second) == tokenizer_sha256(first) != tokenizer_sha256(trained_tokenizer(kind, texts, 200))
+    assert len(tokenizer_sha256(other)) == 16  # what a run logs: which token ids it saw

@@ -35,7 +35,7 @@ from cadence_harness.running.provenance import environment, git_sha
 from cadence_harness.running.recipe import Recipe, build_algorithm
 from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.scale_out import check_world, parallelism_config, sharding
-from cadence_harness.running.text_tokenizers import build_tokenizer
+from cadence_harness.running.text_tokenizers import build_tokenizer, tokenizer_sha256
 from cadence_harness.running.timing import RunTimer
 
 __all__ = [
@@ -287,8 +287,10 @@ def execute(
         if run_id_file is not None and rank == 0:  # only rank 0 has a run (the logger is inert on the others)
             Path(run_id_file).write_text(mlflow_logger.run_id)
         scale = {"world_size": world_size, "sharding": sharding(recipe.fsdp, world_size)}
+        tokenizer = {"tokenizer_sha256": tokenizer_sha256(data.tokenizer)} if data.tokenizer is not None else {}
         mlflow_logger.log_hyperparameters(
             {**params_of(spec, algorithms), **environment(device), **scale, "data_source": data.dataset.source}
+            | tokenizer
         )
         _log_config(mlflow_logger, spec)
         trainer = cadence.Trainer(
