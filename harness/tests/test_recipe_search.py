@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cadence_harness.reading.combination_search import greedy_search, speedup_at_baseline_best
+from cadence_harness.reading.combination_search import greedy_search
 from cadence_harness.reading.summaries import Section
+from cadence_harness.reading.target_speedup import speedup_at_baseline_best
 from cadence_harness.reading.tradeoff import Curve, matched_speedups
 
 COSTS = [1.0, 2.0, 4.0]
@@ -281,3 +282,14 @@ def test_composers_mild_set_is_read_beside_the_search() -> None:
     )
     other = greedy_search(_section(_curve("blurpool+ema", [0.60, 0.70, 0.75])), "flops")  # no progressive resizing
     assert other.mild is None and "beside the search: not run here." in other.markdown()
+
+
+def test_composers_mild_set_that_saves_flops_per_step_is_given_a_cost_matched_budget_too() -> None:
+    """Mild at half the FLOPs per step ends just below the baseline's best: it needs the baseline's cost, and the
+    command runs the Mild arm alone at the longer budget (no other arm, no other combination)."""
+    mild = "blurpool+ema+progressive_resizing"
+    search = greedy_search(_section(_curve(mild, [0.45, 0.55, 0.65], costs=[0.5, 1.0, 2.0])), "flops")
+    assert search.longer == {mild: "8ep"}
+    text = search.markdown()
+    assert f"--set 'grid.arms=[]' --set 'grid.combinations=[]' --combination {mild} --seeds 3 " in text
+    assert "--arms each" not in text

@@ -1,11 +1,7 @@
 """The best recipe of a study: greedy forward selection over the methods that do not lose on their own.
 
-A recipe is judged as the issue that asked for it states: by how much less its curve needs to reach
-the **baseline's best accuracy** than the baseline's curve does (cost to reach it, read off each mean
-curve made monotone and interpolated against log cost, as `cadence_harness.reading.tradeoff` does), with a
-paired t-interval over seeds on the log speedups of each seed pair (seed i's arm curve against seed i's
-baseline curve at that seed's best accuracy; `cadence_harness.stats`). A recipe *qualifies* at
->= 1.5x with the interval above 1.
+A recipe is judged by its speedup at the **baseline's best accuracy**, with a paired t-interval over seeds
+(`cadence_harness.reading.target_speedup`); it *qualifies* at >= 1.5x with the interval above 1.
 
 The search (`greedy_search`), over the records a study already holds:
 
@@ -32,119 +28,29 @@ candidate is never chosen. In time, a curve run on another machine than its base
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from cadence_harness.reading.mild import mild_curve
 from cadence_harness.reading.summaries import Section
-from cadence_harness.reading.tradeoff import COSTS, TIMED, Curve, cost_to_reach, other_machine, paired_by_seed
+from cadence_harness.reading.target_speedup import QUALIFYING_SPEEDUP, TargetSpeedup, speedup_at_baseline_best
+from cadence_harness.reading.tradeoff import COSTS, TIMED, Curve, other_machine
 from cadence_harness.records import budget_value
-from cadence_harness.stats import paired_log_interval
 
 __all__ = [
-    "QUALIFYING_SPEEDUP",
     "SEARCH_UNITS",
     "Round",
     "Search",
-    "TargetSpeedup",
     "greedy_search",
     "grid_command",
     "registry_conflict",
     "section_searches",
-    "speedup_at_baseline_best",
 ]
 
-QUALIFYING_SPEEDUP = 1.5
 SCREEN_SEED = 0  # candidates are screened on it; a recipe chosen after a screen is judged without it
 SEARCH_UNITS = ("flops", "train_s")  # a recipe is searched for in FLOPs and in training time
-
-
-@dataclass(frozen=True)
-class TargetSpeedup:
-    """The baseline's cost to reach its own best accuracy / an arm's cost to reach the same accuracy."""
-
-    arm: str
-    unit: str
-    n: int
-    target: float  # the baseline's best mean accuracy
-    value: float | None  # None: only a bound is known (`at_least`, or `high` for a curve that never reaches it)
-    low: float | None = None
-    high: float | None = None
-    at_least: float | None = None  # the mean curve is above the target already at its shortest budget
-    cyclic: bool = False  # read off cyclic curves (a screen), not sweeps
-
-    @property
-    def estimate(self) -> float | None:
-        """The value, else the lower bound of a curve above the target from its shortest budget on."""
-        return self.value if self.value is not None else self.at_least
-
-    def qualifies(self, ratio: float = QUALIFYING_SPEEDUP) -> bool:
-        estimate = self.estimate
-        return estimate is not None and estimate >= ratio and self.low is not None and self.low > 1
-
-    def format(self) -> str:
-        return self._format() + (", cyclic screen" if self.cyclic else "")
-
-    def _format(self) -> str:
-        if self.value is None and self.at_least is not None:
-            interval = f" [{self.low:.2f}, unbounded]" if self.low is not None else f" ({self.n} seed: no interval)"
-            interval = interval.replace("]", f"] n={self.n}") if self.low is not None else interval
-            return f">= {self.at_least:.2f}x (above {self.target:.1%} already at its shortest budget){interval}"
-        if self.value is None:
-            return f"does not reach {self.target:.1%}" + (f" (< {self.high:.2f}x)" if self.high else "")
-        if self.low is None or self.high is None:
-            return f"{self.value:.2f}x ({self.n} seed: no interval)"
-        low = "unbounded" if self.low == 0 else f"{self.low:.2f}"  # a resample never reached the target
-        high = "unbounded" if math.isinf(self.high) else f"{self.high:.2f}"
-        return f"{self.value:.2f}x [{low}, {high}] n={self.n}"
-
-
-def _ratio(base_cost: np.ndarray, base_acc: np.ndarray, cost: np.ndarray, acc: np.ndarray) -> tuple[float, float]:
-    """(safe low, safe high) of log(speedup) at the baseline's best accuracy of these mean curves."""
-    target = float(np.max(base_acc))
-    needed, _ = cost_to_reach(base_cost, base_acc, target)
-    assert needed is not None  # the baseline always reaches its own best
-    spent, beyond = cost_to_reach(cost, acc, target)
-    if spent is not None:
-        value = math.log(needed / spent)
-        return value, value
-    if beyond == "above":  # the arm needs more than its longest budget
-        return -math.inf, math.log(needed / float(np.max(cost)))
-    return math.log(needed / float(np.min(cost))), math.inf  # less than its shortest
-
-
-def _without_seed(curve: Curve, seed: int) -> Curve:
-    keep = [i for i, s in enumerate(curve.seeds) if s != seed]
-    costs = {unit: values[keep] for unit, values in curve.costs.items()}
-    return dataclasses.replace(curve, seeds=[curve.seeds[i] for i in keep], accuracy=curve.accuracy[keep], costs=costs)
-
-
-def speedup_at_baseline_best(
-    arm: Curve, base: Curve, unit: str, confidence: float = 0.95, skip_seed: int | None = None
-) -> TargetSpeedup | None:
-    """`arm`'s speedup at the baseline's best mean accuracy in `unit`, with a paired t-interval over seeds (each
-    seed pair read at its baseline seed's best accuracy); `skip_seed` leaves one seed out of the arm's runs (the
-    one that screened it: reused, it would favour the candidate that led by luck)."""
-    if skip_seed is not None:
-        arm = _without_seed(arm, skip_seed)
-    paired = paired_by_seed(arm, base, unit)
-    if paired is None:
-        return None
-    a_acc, a_cost, b_acc, b_cost = paired
-    target = float(b_acc.mean(0).max())
-    low, high = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
-    value = math.exp(low) if low == high else None
-    at_least = math.exp(low) if value is None and math.isinf(high) else None
-    if len(a_acc) < 2:
-        bound = math.exp(high) if value is None and at_least is None else None
-        return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least, arm.cyclic)
-    bounds = [_ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i]) for i in range(len(a_acc))]
-    low_end, high_end, _, _ = paired_log_interval(bounds, confidence)
-    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, low_end, high_end, at_least, arm.cyclic)
+ELSEWHERE = "not compared: its times and the baseline's come from different machines"
 
 
 @dataclass
@@ -240,25 +146,23 @@ class Search:
         return "\n".join(lines)
 
     def _shown(self, arm: str, speedup: TargetSpeedup | None, missing: str = "—") -> str:
-        if speedup is not None:
-            return speedup.format()
-        return (
-            "not compared: its times and the baseline's come from different machines"
-            if arm in self.elsewhere
-            else missing
-        )
+        return speedup.format() if speedup else ELSEWHERE if arm in self.elsewhere else missing
 
     def _longer_markdown(self) -> str:
         """The cost-matched runs the methods that save cost per step need before they can be judged."""
         runs = ", ".join(f"{method} at {budget}" for method, budget in self.longer.items())
         commands = []
         for budget in dict.fromkeys(self.longer.values()):
-            methods = ",".join(m for m, b in self.longer.items() if b == budget)
             durations = ", ".join(f'"{b}"' for b in [*self.budgets, budget])
-            commands.append(
-                f"`cadence-bench grid {self.study} --arms each --methods {methods} --seeds {self.seeds} "
-                f"--set 'durations=[{durations}]' --data-dir ../shared/data`"
-            )
+            alone = ",".join(m for m, b in self.longer.items() if b == budget and "+" not in m)
+            together = [m for m, b in self.longer.items() if b == budget and "+" in m]  # Composer's Mild set
+            arms = [f"--arms each --methods {alone}"] if alone else []
+            arms += [f"--set 'grid.arms=[]' --set 'grid.combinations=[]' --combination {arm}" for arm in together]
+            commands += [
+                f"`cadence-bench grid {self.study} {arm} --seeds {self.seeds} --set 'durations=[{durations}]' "
+                "--data-dir ../shared/data`"
+                for arm in arms
+            ]
         return (
             "Cost-matched runs needed: these methods save cost per step, and their curves end below the baseline's "
             "best accuracy while their longest run costs less than the baseline needs to reach it, so the study's "
@@ -277,6 +181,12 @@ def _saves_flops(arm: Curve, base: Curve, margin: float = 0.95) -> bool:
         return False
     spent = float(arm.costs["flops"][:, -1].mean())
     return spent <= margin * float(base.costs["flops"][:, base.budgets.index(budget)].mean())
+
+
+def _needs_longer(search: Search, curve: Curve, base: Curve, speedup: TargetSpeedup | None) -> None:
+    """Name the cost-matched budget `curve` needs when it saves FLOPs per step yet never got the baseline's cost."""
+    if _saves_flops(curve, base) and speedup and speedup.estimate is None and (speedup.high or 0) > 1:
+        search.longer[curve.arm] = _stretch(curve.budgets[-1], speedup.high)
 
 
 def _stretch(budget: str, factor: float) -> str:
@@ -341,6 +251,8 @@ def greedy_search(
     search.seeds, search.budgets = base.n, list(base.budgets)
     mild = mild_curve(section.curves)
     search.mild = (mild.arm, speedup_at_baseline_best(mild, base, unit)) if mild else None
+    if mild and search.mild:
+        _needs_longer(search, mild, base, search.mild[1])
     curves = _by_methods(section.curves)
     cyclic_base = section.cyclic_curve("baseline")
     screens = _by_methods(section.curves, cyclic=True) if cyclic_base is not None else {}
@@ -355,8 +267,7 @@ def greedy_search(
         worse = [s.budget for s in section.speedups_of(curve, unit) if s.verdict == "worse"]
         why = f"no: worse than the baseline at {', '.join(worse)}" if worse else ""
         search.singles.append((curve.arm, speedup, why))
-        if _saves_flops(curve, base) and speedup and speedup.estimate is None and (speedup.high or 0) > 1:
-            search.longer[curve.arm] = _stretch(curve.budgets[-1], speedup.high)  # it never got the baseline's cost
+        _needs_longer(search, curve, base, speedup)
         if not worse:
             eligible.append((curve.arm, speedup))
     eligible.sort(key=lambda item: _rank(item[1]), reverse=True)

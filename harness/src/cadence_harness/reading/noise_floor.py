@@ -48,10 +48,11 @@ class NoiseFloor:
                 "noise, and time claims smaller than it are inconclusive here."
             )
         if self.elsewhere:
+            lead = " Its twins run on another machine" if self.factor is not None else ", but ran on another machine"
             text += (
-                f"{' Its' if self.factor is not None else ''} twins run on another machine ({self.machines}) had time "
-                f"ratios {_shown(self.elsewhere)} (n={len(self.elsewhere)} pairs): the machines differ, and times of "
-                "different machines are never compared here."
+                f"{lead} ({self.machines}), where the time ratios were {_shown(self.elsewhere)} "
+                f"(n={len(self.elsewhere)} pairs): the machines differ, and times of different machines are never "
+                "compared here."
             )
             if self.factor is None:
                 text += " This study's timing noise on one machine is unmeasured, so its time claims are inconclusive."

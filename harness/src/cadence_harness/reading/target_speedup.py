@@ -1,0 +1,106 @@
+"""A curve's speedup at the baseline's best accuracy: how much less it needs to reach the **baseline's best mean
+accuracy** than the baseline's curve does (cost to reach it read off each mean curve made monotone and
+interpolated against log cost, as `cadence_harness.reading.tradeoff` does), with a paired t-interval over seeds on
+the log speedups of each seed pair (seed i's arm curve against seed i's baseline curve at that seed's best
+accuracy; `cadence_harness.stats`). The recipe search (`cadence_harness.reading.combination_search`) ranks and
+judges by it: a recipe *qualifies* at >= 1.5x with the interval above 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from cadence_harness.reading.tradeoff import Curve, cost_to_reach, paired_by_seed
+from cadence_harness.stats import paired_log_interval
+
+__all__ = ["QUALIFYING_SPEEDUP", "TargetSpeedup", "speedup_at_baseline_best"]
+
+QUALIFYING_SPEEDUP = 1.5
+
+
+@dataclass(frozen=True)
+class TargetSpeedup:
+    """The baseline's cost to reach its own best accuracy / an arm's cost to reach the same accuracy."""
+
+    arm: str
+    unit: str
+    n: int
+    target: float  # the baseline's best mean accuracy
+    value: float | None  # None: only a bound is known (`at_least`, or `high` for a curve that never reaches it)
+    low: float | None = None
+    high: float | None = None
+    at_least: float | None = None  # the mean curve is above the target already at its shortest budget
+    cyclic: bool = False  # read off cyclic curves (a screen), not sweeps
+
+    @property
+    def estimate(self) -> float | None:
+        """The value, else the lower bound of a curve above the target from its shortest budget on."""
+        return self.value if self.value is not None else self.at_least
+
+    def qualifies(self, ratio: float = QUALIFYING_SPEEDUP) -> bool:
+        estimate = self.estimate
+        return estimate is not None and estimate >= ratio and self.low is not None and self.low > 1
+
+    def format(self) -> str:
+        return self._format() + (", cyclic screen" if self.cyclic else "")
+
+    def _format(self) -> str:
+        if self.value is None and self.at_least is not None:
+            interval = f" [{self.low:.2f}, unbounded]" if self.low is not None else f" ({self.n} seed: no interval)"
+            interval = interval.replace("]", f"] n={self.n}") if self.low is not None else interval
+            return f">= {self.at_least:.2f}x (above {self.target:.1%} already at its shortest budget){interval}"
+        if self.value is None:
+            return f"does not reach {self.target:.1%}" + (f" (< {self.high:.2f}x)" if self.high else "")
+        if self.low is None or self.high is None:
+            return f"{self.value:.2f}x ({self.n} seed: no interval)"
+        low = "unbounded" if self.low == 0 else f"{self.low:.2f}"  # a resample never reached the target
+        high = "unbounded" if math.isinf(self.high) else f"{self.high:.2f}"
+        return f"{self.value:.2f}x [{low}, {high}] n={self.n}"
+
+
+def _ratio(base_cost: np.ndarray, base_acc: np.ndarray, cost: np.ndarray, acc: np.ndarray) -> tuple[float, float]:
+    """(safe low, safe high) of log(speedup) at the baseline's best accuracy of these mean curves."""
+    target = float(np.max(base_acc))
+    needed, _ = cost_to_reach(base_cost, base_acc, target)
+    assert needed is not None  # the baseline always reaches its own best
+    spent, beyond = cost_to_reach(cost, acc, target)
+    if spent is not None:
+        value = math.log(needed / spent)
+        return value, value
+    if beyond == "above":  # the arm needs more than its longest budget
+        return -math.inf, math.log(needed / float(np.max(cost)))
+    return math.log(needed / float(np.min(cost))), math.inf  # less than its shortest
+
+
+def _without_seed(curve: Curve, seed: int) -> Curve:
+    keep = [i for i, s in enumerate(curve.seeds) if s != seed]
+    costs = {unit: values[keep] for unit, values in curve.costs.items()}
+    return dataclasses.replace(curve, seeds=[curve.seeds[i] for i in keep], accuracy=curve.accuracy[keep], costs=costs)
+
+
+def speedup_at_baseline_best(
+    arm: Curve, base: Curve, unit: str, confidence: float = 0.95, skip_seed: int | None = None
+) -> TargetSpeedup | None:
+    """`arm`'s speedup at the baseline's best mean accuracy in `unit`, with a paired t-interval over seeds (each
+    seed pair read at its baseline seed's best accuracy); `skip_seed` leaves one seed out of the arm's runs (the
+    one that screened it: reused, it would favour the candidate that led by luck)."""
+    if skip_seed is not None:
+        arm = _without_seed(arm, skip_seed)
+    paired = paired_by_seed(arm, base, unit)
+    if paired is None:
+        return None
+    a_acc, a_cost, b_acc, b_cost = paired
+    target = float(b_acc.mean(0).max())
+    low, high = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
+    value = math.exp(low) if low == high else None
+    at_least = math.exp(low) if value is None and math.isinf(high) else None
+    if len(a_acc) < 2:
+        bound = math.exp(high) if value is None and at_least is None else None
+        return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least, arm.cyclic)
+    bounds = [_ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i]) for i in range(len(a_acc))]
+    low_end, high_end, _, _ = paired_log_interval(bounds, confidence)
+    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, low_end, high_end, at_least, arm.cyclic)
