@@ -287,10 +287,12 @@ def _how_verdicts(sections: Sequence[Section], judgements: dict[str, dict[tuple[
         "A card's claims get one of four verdicts (`cadence_harness.reading.claims`): **consistent with the claim** "
         "(the interval excludes no effect and does not exclude the claimed factor), **contradicts the claim** (it "
         "excludes no effect on the other side, or lies below the claimed factor), **inconclusive** (too wide to tell, "
-        "or a time claim smaller than the study's timing noise floor), **not testable here** (the study does not meet "
+        "or a time claim smaller than the study's timing noise floor, or in a study whose floor no identity arm "
+        "measured on one machine), **not testable here** (the study does not meet "
         "the claim's stated conditions: data set, device, precision, schedule length). A FLOPs claim that holds by "
         "the method's design is labelled *by construction*, not judged. Points at an accuracy every baseline seed "
-        "shares exactly (a constant prediction: chance, or a plateau) are left out of matched-accuracy speedups.",
+        "shares exactly (a constant prediction: chance, or a plateau) are left out of matched-accuracy speedups. "
+        "Times are compared only between runs of one machine (`cadence_harness.records.same_machine`).",
         "",
         "Corrected families:",
         "",

@@ -28,8 +28,8 @@ Each verdict is one of four:
 * **contradicts the claim**: the interval excludes no effect on the other side, or lies below the
   claimed factor;
 * **inconclusive**: neither (the interval is too wide to tell), or a time claim smaller than the
-  study's timing noise floor (`cadence_harness.reading.summaries.NoiseFloor`), or a time claim in a
-  study without an identity arm to measure that floor;
+  study's timing noise floor (`cadence_harness.reading.noise_floor`), or a time claim in a study
+  without an identity arm that measured that floor on the baseline's machine;
 * **not testable here**: the study does not meet the claim's `conditions` (or its free-text
   `not_here`), or did not run the method alone.
 
