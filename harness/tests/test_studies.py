@@ -243,3 +243,29 @@ def test_records_are_tagged_with_their_study_once_and_runs_outside_it_stay_untag
     assert sorted((r.tag("study"), r.tag("role")) for r in tagged) == [("", "")] + [("tiny", "own")] * 6
     before = records.read_text()
     assert tag_records(records, path) == (0, 7) and records.read_text() == before  # once only
+
+
+def test_an_arm_run_longer_than_the_recipes_budgets_belongs_to_the_study_and_extends_its_curve(
+    tmp_path: Path, tracking_uri: str, run_logger: Any, counted: list[int], tiny_recipe_file: Any
+) -> None:
+    """The recipe search asks for cost-matched runs (`grid STUDY --arms each --methods count --set
+    'durations=[..., "4ep"]'`): they are the arm at a longer budget with the recipe's settings, role `longer`. The
+    same budget with other settings stays out."""
+    from cadence_harness.reading.study import study_runs
+    from cadence_harness.reading.summaries import sections_of
+
+    sweep = {"seeds": 2, "duration": "2ep", "durations": ["1ep", "2ep"], "schedule": {"name": "cosine"}}
+    path = tiny_recipe_file(**sweep, methods={"count": {}}, grid={"arms": ["baseline", "each"]})
+    longer = load_recipe(path, {"durations": ["1ep", "2ep", "4ep"]}, grid={"arms": ["each"], "methods": ["count"]})
+    extra = [s for s in expand(longer) if s.recipe.duration == "4ep"]
+    assert [s.arm_name for s in extra] == ["count", "count"]
+    for spec in [*expand(load_recipe(path)), *extra]:
+        run_logger(tracking_uri, spec, 0.5 + 0.1 * (spec.recipe.duration == "4ep"), 10.0)
+    run_logger(tracking_uri, RunSpec(dataclasses.replace(extra[0].recipe, subset=4), ("count",), 0), 0.9, 1.0)
+    export_runs(tracking_uri, "tiny", tmp_path / "runs" / "tiny.jsonl")
+    tag_records(tmp_path / "runs" / "tiny.jsonl", path)
+    _, kept, note = study_runs(path, tmp_path / "runs")
+    assert "10 of the 11 runs" in note
+    assert sorted(r.seed for r in kept if r.tag("role") == "longer") == [0, 1]
+    (section,) = sections_of(kept)
+    assert section.sweep_curve("count").budgets == ["1ep", "2ep", "4ep"]  # type: ignore[union-attr]

@@ -7,7 +7,10 @@ belongs to the study NAME when its configuration (its config hash) is one of:
 * ``added``: an arm added to that grid (``grid NAME --combination a+b``: the combinations the
   combination search asks for, as a sweep or, to screen them in a sweep study, as a cyclic curve);
 * ``cyclic_baseline``: the baseline's cyclic curve in a sweep study (``grid NAME --curve cyclic
-  --arms baseline --set grid.combinations=[]``), which the report checks against the sweep.
+  --arms baseline --set grid.combinations=[]``), which the report checks against the sweep;
+* ``longer``: an arm of the study (own or added) at a budget beyond the recipe's durations, with the recipe's
+  settings otherwise: the cost-matched runs the combination search asks for (``grid NAME --arms each --methods
+  colout --set 'durations=[..., "22ep"]'``), which extend the arm's curve.
 
 Any other run of the same experiment (a smoke run with ``--set subset=...``, a run of an older version
 of the recipe) carries no study, and a report of the study leaves it out. The grid tags each run with
@@ -28,7 +31,7 @@ from cadence_harness.running.recipe import Recipe, RecipeError, load_recipe
 
 __all__ = ["ROLES", "StudyMembership", "tag_records"]
 
-ROLES = ("own", "added", "cyclic_baseline")
+ROLES = ("own", "added", "cyclic_baseline", "longer")
 
 
 class StudyMembership:
@@ -45,6 +48,7 @@ class StudyMembership:
         self.study = self._recipe.name if self._recipe is not None else ""
         self._roles: dict[str, str] = {}
         self._priced: set[str] = set()
+        self._priced_longer: set[tuple[str, str]] = set()
         if self._recipe is not None:
             own = expand(self._recipe)
             self._priced = {spec.arm_name for spec in own}
@@ -52,19 +56,25 @@ class StudyMembership:
             for config in self._cyclic_baseline():
                 self._roles.setdefault(config, "cyclic_baseline")
 
-    def role(self, config_hash: str, arm: str) -> str | None:
-        """The role of the run with this configuration (of arm `arm`) in the study, or None if it is not in it."""
+    def role(self, config_hash: str, arm: str, budget: str = "") -> str | None:
+        """The role of the run with this configuration (of arm `arm`, at `budget`) in the study, or None if it is
+        not in it."""
         if self._recipe is None:
             return None
         if arm not in self._priced:
             self._priced.add(arm)
             for config in self._added_arm(arm):
                 self._roles.setdefault(config, "added")
+        longer = budget and budget not in self._recipe.durations and (arm, budget) not in self._priced_longer
+        if config_hash not in self._roles and longer:
+            self._priced_longer.add((arm, budget))
+            for config in self._longer_arm(arm, budget):
+                self._roles.setdefault(config, "longer")
         return self._roles.get(config_hash)
 
-    def tags(self, config_hash: str, arm: str) -> dict[str, str]:
+    def tags(self, config_hash: str, arm: str, budget: str = "") -> dict[str, str]:
         """``cadence.study`` and ``cadence.role`` for a run in the study; nothing for a run outside it."""
-        role = self.role(config_hash, arm)
+        role = self.role(config_hash, arm, budget)
         return {} if role is None else {f"{TAG}study": self.study, f"{TAG}role": role}
 
     def _sweeps(self) -> bool:
@@ -77,6 +87,19 @@ class StudyMembership:
             return set()
         cyclic = load_recipe(self.source, {"curve": "cyclic"}, grid={"arms": ["baseline"], "combinations": []})
         return {spec.config_hash for spec in expand(cyclic) if cycles_of(spec.recipe)}
+
+    def _longer_arm(self, arm: str, budget: str) -> set[str]:
+        """The configurations of `arm` (the baseline, an own arm or an added one) at `budget`, with the recipe's
+        settings otherwise; nothing where the recipe has no budgets (its one duration is its run)."""
+        if self._recipe is None or not self._recipe.durations:
+            return set()
+        combinations = [] if arm == "baseline" else [arm.split("+")]
+        durations = {"durations": [*self._recipe.durations, budget]}
+        try:
+            longer = load_recipe(self.source, durations, grid={"arms": ["baseline"], "combinations": combinations})
+        except RecipeError:
+            return set()
+        return {spec.config_hash for spec in expand(longer) if spec.arm_name == arm and spec.recipe.duration == budget}
 
     def _added_arm(self, arm: str) -> set[str]:
         """The configurations of `arm` run with the recipe's settings, as ``grid STUDY --combination ARM`` runs
@@ -111,5 +134,5 @@ def tag_records(path: str | Path, recipe: str | Path | None = None) -> tuple[int
 def _tagged(records: Iterable[RunRecord], membership: StudyMembership) -> Iterable[RunRecord]:
     for record in records:  # only the study's own experiment is asked: a foreign arm needs no recipe reloaded
         mine = record.experiment == membership.study and not record.tag("study")
-        tags = membership.tags(record.config_hash, record.arm) if mine else {}
+        tags = membership.tags(record.config_hash, record.arm, record.budget) if mine else {}
         yield replace(record, tags={**record.tags, **tags}) if tags else record
