@@ -3,9 +3,10 @@
 The method cards are written only from a study (`cadence-bench report --study NAME --cards`). Its
 runs are the records in that file that carry the study's name (``cadence.study``): the grid tags a
 run with its study and its role (its own arm, an arm added to the grid, the baseline's cyclic curve, an
-arm at a longer budget) when the run is written (`cadence_harness.running.membership`). Any other record there (a smoke run
-into the same experiment, a run of an older version of the recipe) is left out and counted, so a
-card never shows numbers the recipe did not produce, and the report is the same on every machine.
+arm at a longer budget) when the run is written (`cadence_harness.running.membership`). Any other record
+there (a smoke run into the same experiment, a run of an older version of the recipe) is left out and
+counted, so a card never shows numbers the recipe did not produce, and the report is the same on every
+machine.
 """
 
 from __future__ import annotations
