@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cadence_harness.reading.combination_search import greedy_search
+from cadence_harness.reading.noise_floor import NoiseFloor
 from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.target_speedup import speedup_at_baseline_best
 from cadence_harness.reading.tradeoff import Curve, matched_speedups
@@ -293,3 +294,13 @@ def test_composers_mild_set_that_saves_flops_per_step_is_given_a_cost_matched_bu
     text = search.markdown()
     assert f"--set 'grid.arms=[]' --set 'grid.combinations=[]' --combination {mild} --seeds 3 " in text
     assert "--arms each" not in text
+
+
+def test_an_identity_arm_is_neither_a_candidate_nor_asked_for_longer_runs() -> None:
+    """Scale Schedule at 0.5 repeats the baseline's runs: its curve is the baseline's, relabelled, so it can give
+    no speedup and never needs a cost-matched run, though its FLOPs per budget are half the baseline's."""
+    section = _section(_curve("half", [0.45, 0.55, 0.65], costs=[0.5, 1.0, 2.0]))
+    section.noise_floor = NoiseFloor(("half",), (("2ep", 0, 1.0), ("4ep", 0, 1.0)))
+    search = greedy_search(section, "flops")
+    assert search.singles[0][2] == "no: it repeats the baseline's runs (the timing null)"
+    assert not search.longer and not search.recipe

@@ -260,15 +260,19 @@ def greedy_search(
     if unit in TIMED:
         search.elsewhere = {c.arm for c in section.curves if other_machine(c, (c.cyclic and cyclic_base) or base)}
     eligible: list[tuple[str, TargetSpeedup | None]] = []
+    identities = set(section.noise_floor.arms) if section.noise_floor else set()
     for methods, curve in sorted(curves.items(), key=lambda item: item[1].arm):
         if len(methods) != 1:
             continue
         speedup = speedup_at_baseline_best(curve, base, unit)
         worse = [s.budget for s in section.speedups_of(curve, unit) if s.verdict == "worse"]
         why = f"no: worse than the baseline at {', '.join(worse)}" if worse else ""
+        if curve.arm in identities:  # Scale Schedule at 0.5: the baseline's own runs under other budgets' names
+            why = "no: it repeats the baseline's runs (the timing null)"
+        else:
+            _needs_longer(search, curve, base, speedup)
         search.singles.append((curve.arm, speedup, why))
-        _needs_longer(search, curve, base, speedup)
-        if not worse:
+        if not why:
             eligible.append((curve.arm, speedup))
     eligible.sort(key=lambda item: _rank(item[1]), reverse=True)
     if not eligible or eligible[0][1] is None:
