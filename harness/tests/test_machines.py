@@ -49,12 +49,17 @@ def _run(
     )
 
 
-def _baseline(machine: str = OLD) -> list[RunRecord]:
+def _curve(arm: str, points: list[tuple[str, float, float]], machine: str) -> list[RunRecord]:
+    """`arm`'s runs of 3 seeds at each (budget, accuracy, seconds) point, on `machine`."""
     return [
-        _run("baseline", budget, s, accuracy + s / 100, seconds, machine)
-        for budget, accuracy, seconds in [("2ep", 0.40, 20.0), ("4ep", 0.50, 40.0), ("8ep", 0.60, 80.0)]
+        _run(arm, budget, s, accuracy + s / 100, seconds, machine)
+        for budget, accuracy, seconds in points
         for s in range(3)
     ]
+
+
+def _baseline(machine: str = OLD) -> list[RunRecord]:
+    return _curve("baseline", [("2ep", 0.40, 20.0), ("4ep", 0.50, 40.0), ("8ep", 0.60, 80.0)], machine)
 
 
 def test_the_cpu_name_carries_family_and_model_which_a_virtual_machines_brand_hides() -> None:
@@ -87,11 +92,7 @@ def test_a_run_records_its_machine_start_and_on_a_gpu_its_host() -> None:
 
 def test_an_arm_run_on_another_machine_is_compared_in_accuracy_and_flops_never_in_time() -> None:
     """The arm's runs took half the baseline's time for the same work on a faster machine: no time speedup."""
-    arm = [
-        _run("fast", budget, s, accuracy + s / 100, seconds, NEW)
-        for budget, accuracy, seconds in [("2ep", 0.45, 10.0), ("4ep", 0.55, 20.0), ("8ep", 0.62, 40.0)]
-        for s in range(3)
-    ]
+    arm = _curve("fast", [("2ep", 0.45, 10.0), ("4ep", 0.55, 20.0), ("8ep", 0.62, 40.0)], NEW)
     (section,) = sections_of(_baseline() + arm)
     curve = section.sweep_curve("fast")
     assert curve is not None
@@ -107,11 +108,7 @@ def test_an_arm_run_on_another_machine_is_compared_in_accuracy_and_flops_never_i
 
 
 def test_the_recipe_search_compares_times_within_one_machine_only() -> None:
-    fast = [
-        _run("fast", budget, s, accuracy + s / 100, seconds, NEW)
-        for budget, accuracy, seconds in [("2ep", 0.50, 10.0), ("4ep", 0.60, 20.0), ("8ep", 0.62, 40.0)]
-        for s in range(3)
-    ]
+    fast = _curve("fast", [("2ep", 0.50, 10.0), ("4ep", 0.60, 20.0), ("8ep", 0.62, 40.0)], NEW)
     (section,) = sections_of(_baseline() + fast)
     in_time, in_flops = greedy_search(section, "train_s"), greedy_search(section, "flops")
     assert in_time.singles[0][:2] == ("fast", None) and in_time.elsewhere == {"fast"}

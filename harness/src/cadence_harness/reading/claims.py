@@ -65,9 +65,8 @@ import numpy as np
 from cadence_harness.reading.claim_arms import claim_arm, settings_text
 from cadence_harness.reading.conditions import CONDITIONS, parse_conditions, study_conditions, unmet
 from cadence_harness.reading.noise_floor import NoiseFloor
-from cadence_harness.reading.summaries import TIMES, ArmSummary, Section
+from cadence_harness.reading.summaries import ArmSummary, Section, paired_values
 from cadence_harness.reading.tradeoff import COSTS
-from cadence_harness.records import same_machine
 from cadence_harness.stats import holm, paired_t_difference, paired_t_ratio, t_p_values
 
 __all__ = [
@@ -191,18 +190,15 @@ class _Evidence:
 
 
 def _paired(section: Section, row: ArmSummary, key: str) -> tuple[list[float], list[float]]:
-    """(arm, baseline) values of `key` for the seeds both the row and its baseline (same budget) ran; for a time,
-    only the seeds whose two runs ran on one machine."""
-    base = {
-        r.seed: r
+    """(arm, baseline) values of `key` for the seeds both the row and its baseline (same budget) ran, both numbers
+    (`paired_values`: for a time, only the seeds whose two runs ran on one machine)."""
+    base = [
+        r
         for r in section.records
         if r.arm == "baseline" and not r.cycles and r.budget == row.budget and r.family_hash == row.family_hash
-    }
+    ]
     mine = [r for r in section.records if r.group_hash == row.group_hash and r.run_id in row.run_ids]
-    pairs = [(r, base[r.seed]) for r in mine if r.seed in base]
-    pairs = [(r, b) for r, b in pairs if key not in TIMES or same_machine((r, b)) is not None]
-    values = [(r.metrics.get(key), b.metrics.get(key)) for r, b in pairs]
-    kept = [(a, b) for a, b in values if a is not None and b is not None and b == b and a == a]
+    kept = [(a, b) for a, b in zip(*paired_values(mine, base, key)) if b == b and a == a]
     return [a for a, _ in kept], [b for _, b in kept]
 
 

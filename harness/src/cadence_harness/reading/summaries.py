@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 
 from cadence_harness.reading.noise_floor import NoiseFloor, identity_arms
 from cadence_harness.reading.peaks import peak_fraction
-from cadence_harness.reading.tradeoff import COSTS, Curve, Speedup, curves_from_records, floor_of, matched_speedups
+from cadence_harness.reading.tradeoff import (
+    COSTS,
+    TIMED,
+    Curve,
+    Speedup,
+    curves_from_records,
+    floor_of,
+    matched_speedups,
+)
 from cadence_harness.records import RunRecord, arm_methods, budget_value, latest_per_config, same_machine
 from cadence_harness.stats import (
     Interval,
@@ -42,7 +50,7 @@ from cadence_harness.stats import (
     t_interval,
 )
 
-__all__ = ["SETTINGS", "TIMES", "ArmSummary", "Section", "sections_of", "summarize"]
+__all__ = ["SETTINGS", "TIMES", "ArmSummary", "Section", "paired_values", "sections_of", "summarize"]
 
 
 SETTINGS = ("model", "data", "subset", "eval_subset", "duration", "batch_size", "precision", "device_name")
@@ -158,10 +166,10 @@ def _summarize_group(records: list[RunRecord]) -> ArmSummary:
     )
 
 
-TIMES = frozenset({"final/train_s", "final/cpu_s", "final/wall_s", "final/time_to_target_s"})  # machine-bound
+TIMES = frozenset({*(f"final/{unit}" for unit in TIMED), "final/wall_s", "final/time_to_target_s"})  # machine-bound
 
 
-def _paired(arm: list[RunRecord], base: list[RunRecord], key: str) -> tuple[list[float], list[float]]:
+def paired_values(arm: Sequence[RunRecord], base: Sequence[RunRecord], key: str) -> tuple[list[float], list[float]]:
     """Values of `key` for the seeds both groups have (and both logged); for a time, only the seeds whose two
     runs ran on one machine (`same_machine`)."""
     by_seed = {r.seed: r for r in base}
@@ -174,15 +182,15 @@ def _paired(arm: list[RunRecord], base: list[RunRecord], key: str) -> tuple[list
 
 
 def _compare(summary: ArmSummary, arm: list[RunRecord], base: list[RunRecord]) -> None:
-    accuracy, base_accuracy = _paired(arm, base, "final/accuracy")
+    accuracy, base_accuracy = paired_values(arm, base, "final/accuracy")
     if accuracy:
         summary.accuracy_delta = paired_t_difference(accuracy, base_accuracy)
         summary.accuracy_p = paired_t_p_value(accuracy, base_accuracy)
     for key, attribute in (("final/train_s", "speedup"), ("final/flops", "flops_ratio")):
-        cost, base_cost = _paired(arm, base, key)
+        cost, base_cost = paired_values(arm, base, key)
         if cost:
             setattr(summary, attribute, paired_t_ratio(base_cost, cost))
-    reach, base_reach = _paired(arm, base, "final/time_to_target_s")
+    reach, base_reach = paired_values(arm, base, "final/time_to_target_s")
     if reach:
         summary.speedup_to_target = paired_t_ratio(base_reach, reach)
 
