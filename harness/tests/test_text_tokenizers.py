@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from cadence_harness.running import data, text_tokenizers
 from cadence_harness.running.data import synthetic_text
-from cadence_harness.running.text_tokenizers import tokenizer_sha256, trained_tokenizer
+from cadence_harness.running.text_tokenizers import ship_tokenizer, shipped_path, tokenizer_sha256, trained_tokenizer
+
+BERT_STUDY_TOKENIZER = "5ca9471d4a220b49"  # the committed one's fingerprint, as sst2_bert_tiny's records log it
 
 
 @pytest.mark.parametrize(("kind", "specials"), [("bert-tiny", ["[CLS]", "[SEP]"]), ("gpt2", [])])
@@ -32,3 +35,41 @@ def test_a_trained_tokenizer_is_saved_once_and_loaded_by_every_later_run(
     assert len(list(tmp_path.glob(f"tokenizer-{kind}-300-*.json"))) == 2
     assert tokenizer_sha256(second) == tokenizer_sha256(first) != tokenizer_sha256(trained_tokenizer(kind, texts, 200))
     assert len(tokenizer_sha256(other)) == 16  # what a run logs: which token ids it saw
+
+
+def test_a_shipped_tokenizer_is_what_every_machine_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two machines' WordPiece trainings differ; a committed one does not. Shipped, it is found before the
+    machine's cache, by another machine (another cache folder) too, and one file per texts is kept."""
+    shipped, machine_a, machine_b = tmp_path / "shipped", tmp_path / "a", tmp_path / "b"
+    monkeypatch.setattr(text_tokenizers, "SHIPPED", shipped)
+    texts = list(synthetic_text(num_train=200, num_test=8).train_text)
+    monkeypatch.setenv("CADENCE_CACHE", str(machine_a))
+    path = ship_tokenizer("bert-tiny", texts, 300)
+    assert path == shipped_path("bert-tiny", texts, 300) and path.parent == shipped
+    from_a = trained_tokenizer("bert-tiny", texts, 300)
+    (cached,) = machine_a.glob("tokenizer-bert-tiny-300-*.json")
+    cached.write_text("{}")  # machine A's cache is no longer read: a broken file would raise
+    assert tokenizer_sha256(trained_tokenizer("bert-tiny", texts, 300)) == tokenizer_sha256(from_a)
+    monkeypatch.setenv("CADENCE_CACHE", str(machine_b))
+    from_b = trained_tokenizer("bert-tiny", texts, 300)
+    assert tokenizer_sha256(from_b) == tokenizer_sha256(from_a) and not list(machine_b.glob("tokenizer-*"))
+    assert from_b(texts[:5])["input_ids"] == from_a(texts[:5])["input_ids"]
+    with pytest.raises(FileExistsError, match="already shipped"):
+        ship_tokenizer("bert-tiny", texts, 300)
+    assert shipped_path("bert-tiny", texts[:-1], 300) != path != shipped_path("bert-tiny", texts, 200)
+
+
+def test_the_bert_study_s_texts_find_the_committed_tokenizer() -> None:
+    """sst2_bert_tiny's runs load the committed WordPiece tokenizer, the same on every machine (its records name
+    it by ``tokenizer_sha256``); a change to the texts a run trains on would silently train another."""
+    from cadence_harness.running.recipe import load_recipe
+
+    try:
+        data.find_dataset_files("sst2", ["sst2_train.tsv.gz", "sst2_dev.tsv.gz"], None)
+    except data.DataNotFoundError:
+        pytest.skip("sst2 is not on this machine (sst2_train.tsv.gz, sst2_dev.tsv.gz); see shared/data/README.md")
+    recipe = load_recipe("sst2_bert_tiny")
+    sst2 = data.load_dataset("sst2", subset=recipe.subset)
+    path = shipped_path("bert-tiny", sst2.train_text, 8192)
+    assert path.is_file(), f"{path.name} is not shipped: ship it with python -m {text_tokenizers.__name__}"
+    assert tokenizer_sha256(trained_tokenizer("bert-tiny", sst2.train_text, 8192)) == BERT_STUDY_TOKENIZER

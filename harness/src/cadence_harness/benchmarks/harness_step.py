@@ -13,15 +13,18 @@ must keep small. Here, on the CPU with one thread and a near-zero-cost model (``
   store) and an evaluation at each epoch's end; and the same Trainer with those pieces added one at a
   time, so the difference splits into what each adds. The logger comes twice: writing its store from a
   thread of this process, and from its child process (`cadence_mlflow.writer`; the default on a CUDA
-  machine, a thread elsewhere); the goal is judged on the row this machine's default runs. The child's
-  CPU is in no column here; the GIL it no longer takes is.
+  machine, a thread elsewhere). The child's CPU is in no column here; the GIL it no longer takes is.
 
 The steady state is timed from step `WARMUP_STEPS` to the last step (evaluations included, as they fall
 in a run); the FLOP-counted first step is shown apart. Then the pieces alone: an epoch of the loader with
 its augmentation against the hand-written slicing, one `log_metrics` call of the per-step metrics, and
 an evaluation per batch. Goal (issue 27): the harness adds <= 200 us per step, judged by the 95%
 t-interval of the repeats' paired differences (PASS below, FAIL above, INCONCLUSIVE across: a shared
-2-CPU machine moves single runs by +/-80 us). Prints numbers; it is not a test.
+2-CPU machine moves single runs by +/-80 us). The goal exists for a GPU's host thread, so it is judged on
+what a CUDA machine runs (the child writes the store) on both the wall clock and the training thread's CPU
+time; the thread writer's rows (this CPU-only machine's default) are judged too and printed beside, since
+there the writer's MLflow work takes the GIL the training thread waits for (wall clock above its CPU
+time). Prints numbers; it is not a test.
 
     python -m cadence_harness.benchmarks.harness_step [--steps 640] [--repeats 5] [--batch-size 64] [--device gpu]
 
@@ -321,7 +324,7 @@ def evaluation_alone(data: Data, repeats: int) -> tuple[float, float]:
         trainer.close()
 
 
-MAIN_THREAD = list(CLOCKS).index("main thread")
+WALL, MAIN_THREAD = list(CLOCKS).index("wall"), list(CLOCKS).index("main thread")
 
 
 def _where(device: torch.device) -> str:
@@ -347,11 +350,24 @@ def print_results(results: dict[str, list[Steps]]) -> None:
         print(f"{name:<28}" + "".join(f" {value:12.1f} {extra:+8.1f}" for value, extra in cells))
 
 
-def harness_extra_us(results: dict[str, list[Steps]], row: str) -> Interval:
-    """The harness's main-thread microseconds per step over the hand-written loop, paired by repeat (each repeat
-    runs both, interleaved), with its 95% t-interval (`paired_goal`)."""
-    harness, hand = ([run.steady_us(MAIN_THREAD) for run in results[name]] for name in (row, VARIANTS[0]))
+def harness_extra_us(results: dict[str, list[Steps]], row: str, clock: int = MAIN_THREAD) -> Interval:
+    """The harness's microseconds per step over the hand-written loop on clock number `clock` of `CLOCKS`,
+    paired by repeat (each repeat runs both, interleaved), with its 95% t-interval (`paired_goal`)."""
+    harness, hand = ([run.steady_us(clock) for run in results[name]] for name in (row, VARIANTS[0]))
     return paired_difference(harness, hand)
+
+
+def goal_lines(results: dict[str, list[Steps]], default_row: str) -> list[str]:
+    """One verdict line per logger row and clock: the CUDA machine's row (the child writes) first, then the
+    thread writer's; the row `default_row` (what cadence-bench runs on this machine) is marked."""
+    lines = []
+    for row, where in ((CHILD, "a CUDA machine's default"), (THREAD, "a CPU-only machine's default")):
+        mark = ", as run here" if row == default_row else ""
+        for clock in (WALL, MAIN_THREAD):
+            extra = harness_extra_us(results, row, clock)
+            label = f"{row.removeprefix('+ ')} ({where}{mark}), {list(CLOCKS)[clock]}"
+            lines.append(f"  {label:<66} {goal_text(extra, GOAL_US, 'us per step')}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -383,9 +399,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"{cpu_description()}; torch {torch.__version__}")
     print_results(results)
-    row = harness_variant(store.uri)
-    extra = harness_extra_us(results, row)
-    print(f"harness ({row.removeprefix('+ ')}) - hand-written, main thread: {goal_text(extra, GOAL_US, 'us per step')}")
+    print(f"the harness over the hand-written loop, per step (goal: <= {GOAL_US:.0f} us on a CUDA machine's row):")
+    print("\n".join(goal_lines(results, harness_variant(store.uri))))
     print("the pieces alone (main-thread CPU time):")
     print(f"  loader + flip/crop: {loader_us:.1f} us per batch (hand-written {hand_loader_us:.1f}, "
           f"{loader_us - hand_loader_us:+.1f})")  # fmt: skip

@@ -7,20 +7,27 @@ study run in their own processes, would not even share their inputs. The first t
 is therefore saved under the cache folder (`$CADENCE_CACHE`, keyed by the texts, the kind, the vocabulary
 size and the tokenizers version) and every later run loads it: on one machine every run of a study sees
 the same token ids. Byte-level BPE (GPT-2) trains deterministically, and is cached the same way.
+
+Across machines only a committed tokenizer makes runs repeatable: a study's tokenizer shipped in
+`SHIPPED` (``<kind>-<vocabulary size>-<digest of the texts>.json``, found before the machine's cache) is
+what every machine loads for those texts, whatever its tokenizers version (the file format is stable; a
+training is not). `ship_tokenizer` writes one from this machine's tokenizer for the texts.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from cadence_harness.running.data import cache_dir, replace_when_complete
 from cadence_harness.running.models import HF_CONFIGS, family, pretrained_folder
 
-__all__ = ["build_tokenizer", "tokenizer_sha256", "trained_tokenizer"]
+__all__ = ["SHIPPED", "build_tokenizer", "ship_tokenizer", "shipped_path", "tokenizer_sha256", "trained_tokenizer"]
 
 CACHE_FORMAT = 1
+SHIPPED = Path(__file__).with_name("shipped_tokenizers")  # committed: the same tokenizer on every machine
 BERT_SPECIALS = {
     "unk_token": "[UNK]",
     "pad_token": "[PAD]",
@@ -49,6 +56,9 @@ def trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
     the one this machine trained first on the same texts and settings, else a new one (then saved)."""
     import tokenizers
 
+    shipped = shipped_path(kind, texts, vocab_size)
+    if shipped.is_file():
+        return _as_transformers(kind, tokenizers.Tokenizer.from_file(str(shipped)))
     key = hashlib.sha256(f"{CACHE_FORMAT}\0{kind}\0{vocab_size}\0{tokenizers.__version__}".encode())
     for text in texts:
         key.update(text.encode("utf-8") + b"\0")
@@ -61,6 +71,29 @@ def trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
             handle.write(tokenizer.to_str().encode("utf-8"))
         tokenizer = tokenizers.Tokenizer.from_file(str(path))  # the one saved, whichever process wrote it
     return _as_transformers(kind, tokenizer)
+
+
+def shipped_path(kind: str, texts: Sequence[str], vocab_size: int, folder: Path | None = None) -> Path:
+    """Where a committed tokenizer for `texts` lies: keyed by the kind, the vocabulary size and the texts alone
+    (not the tokenizers version: loading a saved tokenizer gives the same ids in every version)."""
+    digest = hashlib.sha256(f"{kind}\0{vocab_size}\0".encode())
+    for text in texts:
+        digest.update(text.encode("utf-8") + b"\0")
+    return (folder or SHIPPED) / f"{kind}-{vocab_size}-{digest.hexdigest()[:16]}.json"
+
+
+def ship_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, folder: Path | None = None) -> Path:
+    """Write this machine's tokenizer for `texts` (trained now, or its cached one) to `folder`, where
+    `trained_tokenizer` finds it first on every machine; returns the file's path. Commit it with the study's
+    runs: runs made before it saw this machine's (or another machine's) token ids, as their
+    ``tokenizer_sha256`` tells."""
+    path = shipped_path(kind, texts, vocab_size, folder)
+    if path.is_file():
+        raise FileExistsError(f"{path} is already shipped for these texts; remove it first to ship another")
+    backend = trained_tokenizer(kind, texts, vocab_size).backend_tokenizer
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(backend.to_str(), encoding="utf-8")
+    return path
 
 
 def tokenizer_sha256(tokenizer: Any) -> str:
@@ -108,3 +141,32 @@ def _as_transformers(kind: str, tokenizer: Any) -> Any:
     if kind == "bert-tiny":
         return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **BERT_SPECIALS)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m cadence_harness.running.text_tokenizers RECIPE --data-dir DIR``: ship the tokenizer that a
+    text recipe's runs train (its model's kind, vocabulary size and training texts) to `SHIPPED`."""
+    import argparse
+
+    from cadence_harness.running import resident
+    from cadence_harness.running.recipe import load_recipe
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("recipe", help="a text recipe whose model is built from a config (hf/bert-tiny, ...)")
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args(argv)
+    recipe = load_recipe(args.recipe)
+    _, kind = family(recipe.model)
+    if kind not in HF_CONFIGS:
+        parser.error(f"{recipe.model} comes with its own tokenizer; only config-built models train one here")
+    dataset = resident.load_dataset(
+        recipe.data, data_dir=args.data_dir, subset=recipe.subset, eval_subset=recipe.eval_subset, download=False
+    )
+    texts = getattr(dataset, "train_text", None)
+    if texts is None:
+        parser.error(f"recipe {args.recipe}'s data {recipe.data!r} has no texts")
+    print(ship_tokenizer(kind, texts, recipe.model_kwargs.get("vocab_size", 8192)))
+
+
+if __name__ == "__main__":
+    main()
