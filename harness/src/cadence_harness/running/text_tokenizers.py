@@ -100,7 +100,8 @@ def tokenizer_sha256(tokenizer: Any) -> str:
     """A fingerprint of a (fast) tokenizer's whole definition, vocabulary included, logged with every text run:
     two machines' WordPiece trainings differ, so a run on another machine computes something else (BERT-Tiny's
     runs repeated on another machine counted 6 % fewer FLOPs than the recorded ones, with other accuracies), and
-    the records say which token ids each run saw."""
+    the records say which token ids each run saw. The definition includes the truncation and padding of the
+    tokenizer's last call, so a run's value (taken after tokenising) names its tokenizer and how it was called."""
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     return hashlib.sha256(backend.to_str().encode("utf-8")).hexdigest()[:16]
 
