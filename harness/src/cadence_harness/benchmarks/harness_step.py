@@ -360,14 +360,14 @@ def harness_extra_us(results: dict[str, list[Steps]], row: str, clock: int = MAI
 def goal_lines(results: dict[str, list[Steps]], default_row: str) -> list[str]:
     """One verdict line per logger row and clock: the CUDA machine's row (the child writes) first, then the
     thread writer's; the row `default_row` (what cadence-bench runs on this machine) is marked."""
-    lines = []
+    judged = []
     for row, where in ((CHILD, "a CUDA machine's default"), (THREAD, "a CPU-only machine's default")):
         mark = ", as run here" if row == default_row else ""
         for clock in (WALL, MAIN_THREAD):
-            extra = harness_extra_us(results, row, clock)
-            label = f"{row.removeprefix('+ ')} ({where}{mark}), {list(CLOCKS)[clock]}"
-            lines.append(f"  {label:<66} {goal_text(extra, GOAL_US, 'us per step')}")
-    return lines
+            label = f"{row.removeprefix('+ ')} ({where}{mark}), {list(CLOCKS)[clock]}:"
+            judged.append((label, goal_text(harness_extra_us(results, row, clock), GOAL_US, "us per step")))
+    width = max(len(label) for label, _ in judged)
+    return [f"  {label:<{width}} {text}" for label, text in judged]
 
 
 def main(argv: list[str] | None = None) -> None:
