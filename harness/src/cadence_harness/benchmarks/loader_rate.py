@@ -107,7 +107,7 @@ def text_rows(limit: int | None, repeats: int) -> tuple[str, list[str], list[tup
     from cadence_harness.running.text_tokenizers import build_tokenizer
 
     texts, labels, source = _texts(limit)
-    tokenizer = build_tokenizer("hf/bert-tiny", texts[:TOKENIZER_TEXTS], 8192)
+    tokenizer = build_tokenizer("hf/bert-tiny", texts[:TOKENIZER_TEXTS])
     notes = []
     for attempt in ("first", "again (cache)"):
         start = time.perf_counter()

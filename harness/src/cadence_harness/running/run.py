@@ -35,7 +35,7 @@ from cadence_harness.running.provenance import environment, git_sha
 from cadence_harness.running.recipe import Recipe, build_algorithm
 from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.scale_out import check_world, parallelism_config, sharding
-from cadence_harness.running.text_tokenizers import build_tokenizer, tokenizer_sha256
+from cadence_harness.running.text_tokenizers import DEFAULT_VOCAB_SIZE, build_tokenizer, tokenizer_sha256
 from cadence_harness.running.timing import RunTimer
 
 __all__ = [
@@ -104,7 +104,7 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
     )
     eval_batch_size = recipe.eval_batch_size or max(recipe.batch_size, 256)
     if isinstance(dataset, datasets.TextData):
-        vocab_size = recipe.model_kwargs.get("vocab_size", 8192)  # a setting of the tokenizer trained here
+        vocab_size = recipe.model_kwargs.get("vocab_size", DEFAULT_VOCAB_SIZE)  # the tokenizer trained here
         tokenizer = build_tokenizer(recipe.model, dataset.train_text, vocab_size)
         if recipe.task == "causal_lm":
             train, evaluate = (

@@ -27,6 +27,7 @@ from cadence_harness.running.models import HF_CONFIGS, family, pretrained_folder
 __all__ = ["SHIPPED", "build_tokenizer", "ship_tokenizer", "shipped_path", "tokenizer_sha256", "trained_tokenizer"]
 
 CACHE_FORMAT = 1
+DEFAULT_VOCAB_SIZE = 8192  # a config-built model's vocabulary unless its recipe sets model_kwargs.vocab_size
 SHIPPED = Path(__file__).with_name("shipped_tokenizers")  # committed: the same tokenizer on every machine
 BERT_SPECIALS = {
     "unk_token": "[UNK]",
@@ -37,7 +38,7 @@ BERT_SPECIALS = {
 }
 
 
-def build_tokenizer(name: str, train_texts: Sequence[str], vocab_size: int = 8192) -> Any:
+def build_tokenizer(name: str, train_texts: Sequence[str], vocab_size: int = DEFAULT_VOCAB_SIZE) -> Any:
     """The tokenizer of an hf/ model: trained on `train_texts` for a config-built model (once per machine, see
     `text_tokenizers`), else the model's own."""
     import transformers
@@ -59,10 +60,8 @@ def trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
     shipped = shipped_path(kind, texts, vocab_size)
     if shipped.is_file():
         return _as_transformers(kind, tokenizers.Tokenizer.from_file(str(shipped)))
-    key = hashlib.sha256(f"{CACHE_FORMAT}\0{kind}\0{vocab_size}\0{tokenizers.__version__}".encode())
-    for text in texts:
-        key.update(text.encode("utf-8") + b"\0")
-    path = cache_dir() / f"tokenizer-{kind}-{vocab_size}-{key.hexdigest()[:16]}.json"
+    key = _digest(f"{CACHE_FORMAT}\0{kind}\0{vocab_size}\0{tokenizers.__version__}", texts)
+    path = cache_dir() / f"tokenizer-{kind}-{vocab_size}-{key}.json"
     if path.is_file():
         tokenizer = tokenizers.Tokenizer.from_file(str(path))
     else:
@@ -76,10 +75,16 @@ def trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
 def shipped_path(kind: str, texts: Sequence[str], vocab_size: int, folder: Path | None = None) -> Path:
     """Where a committed tokenizer for `texts` lies: keyed by the kind, the vocabulary size and the texts alone
     (not the tokenizers version: loading a saved tokenizer gives the same ids in every version)."""
-    digest = hashlib.sha256(f"{kind}\0{vocab_size}\0".encode())
+    key = _digest(f"{kind}\0{vocab_size}\0", texts)
+    return (folder or SHIPPED) / f"{kind}-{vocab_size}-{key}.json"
+
+
+def _digest(header: str, texts: Sequence[str]) -> str:
+    """16 hex digits of the SHA-256 of `header` and every text, each text ended by a NUL."""
+    digest = hashlib.sha256(header.encode())
     for text in texts:
         digest.update(text.encode("utf-8") + b"\0")
-    return (folder or SHIPPED) / f"{kind}-{vocab_size}-{digest.hexdigest()[:16]}.json"
+    return digest.hexdigest()[:16]
 
 
 def ship_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, folder: Path | None = None) -> Path:
@@ -149,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     text recipe's runs train (its model's kind, vocabulary size and training texts) to `SHIPPED`."""
     import argparse
 
-    from cadence_harness.running import resident
+    from cadence_harness.running import data, resident
     from cadence_harness.running.recipe import load_recipe
 
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -163,10 +168,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     dataset = resident.load_dataset(
         recipe.data, data_dir=args.data_dir, subset=recipe.subset, eval_subset=recipe.eval_subset, download=False
     )
-    texts = getattr(dataset, "train_text", None)
-    if texts is None:
+    if not isinstance(dataset, data.TextData):
         parser.error(f"recipe {args.recipe}'s data {recipe.data!r} has no texts")
-    print(ship_tokenizer(kind, texts, recipe.model_kwargs.get("vocab_size", 8192)))
+    print(ship_tokenizer(kind, dataset.train_text, recipe.model_kwargs.get("vocab_size", DEFAULT_VOCAB_SIZE)))
 
 
 if __name__ == "__main__":
