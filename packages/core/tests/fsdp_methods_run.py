@@ -10,6 +10,7 @@ trains each case unsharded only and writes its weights there.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Classifier, HuggingFaceModel, Trainer
-from cadence.distributed import get_rank, get_world_size, initialize_from_environment
+from cadence.distributed import destroy, get_rank, get_world_size, initialize_from_environment
 from cadence.testing import image_dataset, mlp_classifier, tiny_image_classifier
 
 
@@ -210,3 +211,10 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Leave the group while the interpreter is whole, then skip its finalisation: a gloo worker thread
+    # still holding work at finalisation can abort the process after the run succeeded (SIGABRT,
+    # "terminate called without an active exception"; pytorch/pytorch#179291 describes the mechanism).
+    destroy()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
