@@ -187,3 +187,19 @@ def test_a_variant_is_a_method_at_other_hyperparameters_with_an_arm_of_its_own()
     )
     rejects(r"`methods.mixup@no.dots` .* a variant is named method@label", methods={"mixup@no.dots": {}})
     rejects(r"`methods.nope@x`: no installed method named 'nope'", methods={"nope@x": {}})
+
+
+def test_compile_is_true_false_or_a_torch_compile_mode() -> None:
+    from cadence_harness.running.run import compile_config
+
+    assert parse_recipe({**BASE, "compile": "reduce-overhead"}).compile == "reduce-overhead"
+    assert parse_recipe({**BASE, "compile": parse_value("reduce-overhead")}).compile == "reduce-overhead"  # --set
+    rejects(
+        r"`compile` = 'fast': must be true, false or a torch.compile mode: default, reduce-overhead", compile="fast"
+    )
+    rejects(r"`compile` = 1: must be true, false or a torch.compile mode", compile=1)
+    assert [compile_config(mode) for mode in (False, True, "reduce-overhead")] == [
+        None,
+        {},
+        {"mode": "reduce-overhead"},
+    ]

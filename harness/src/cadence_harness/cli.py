@@ -1,4 +1,4 @@
-"""``cadence-bench``: run, grid, report, export, demo, methods (and the grid's hidden worker); their arguments
+"""``cadence-bench``: run, grid, report, export, spread, demo, methods (and the grid's hidden worker); their arguments
 are `cadence_harness.cli_parser`'s.
 
 Tradeoff curves: ``--durations 2ep,4ep,8ep`` (or a recipe's ``durations``) runs every arm once per budget, each
@@ -18,7 +18,7 @@ from typing import Any
 from cadence import NotApplicableError
 from cadence_harness.cli_parser import build_parser
 from cadence_harness.reading.study import StudyError, studies_runs
-from cadence_harness.records import TAG, RecordError, default_records_dir, records_file
+from cadence_harness.records import TAG, RecordError, default_records_dir, read_records, records_file
 from cadence_harness.running.bridge import export_runs
 from cadence_harness.running.budgets import leaf_recipes
 from cadence_harness.running.data import REPO_ROOT, check_data_dir
@@ -248,6 +248,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spread(args: argparse.Namespace) -> int:
+    """The reading side only: each experiment's run records, nothing from MLflow."""
+    from cadence_harness.reading.spread import format_spreads, spreads
+
+    folder, runs = default_records_dir(args.records), []
+    for experiment in args.experiment:
+        path = records_file(folder, experiment)
+        if not path.is_file():
+            raise RecipeError(
+                f"`spread` {experiment!r}: no run records at {path}; `cadence-bench grid {experiment}` writes them "
+                "(or pass --records FOLDER)"
+            )
+        runs += [run for run in read_records([path]) if run.experiment == experiment]
+    print(format_spreads(spreads(runs, min_seeds=args.min_seeds)))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from cadence_harness.demo import run_demo
 
@@ -293,6 +310,7 @@ COMMANDS = {
     "report": cmd_report,
     "demo": cmd_demo,
     "export": cmd_export,
+    "spread": cmd_spread,
     "methods": cmd_methods,
     "worker": cmd_worker,
 }

@@ -1,5 +1,5 @@
 """The ``cadence-bench`` command line's arguments: one subcommand each for run, grid, report, demo, export,
-methods (and the grid's hidden worker); `cadence_harness.cli` runs them."""
+spread, methods (and the grid's hidden worker); `cadence_harness.cli` runs them."""
 
 from __future__ import annotations
 
@@ -155,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("experiment")
     export.add_argument("--records", help=RECORDS_HELP)
     export.add_argument("--tracking-uri", help=TRACKING_HELP)
+
+    spread = commands.add_parser(
+        "spread", help="training time across seeds of one configuration, per machine start, against the 3%% goal"
+    )
+    spread.add_argument("experiment", nargs="+", help="experiments whose run records to read (e.g. cifar10_fast)")
+    spread.add_argument("--records", help=RECORDS_HELP)
+    spread.add_argument("--min-seeds", type=int, default=3, help="configurations with fewer seeds are left out")
 
     commands.add_parser("methods", help="list the installed methods: what each does, and its hyperparameters")
 

@@ -124,7 +124,7 @@ class Recipe:
     device: str = "cpu"
     precision: str | None = None
     channels_last: bool = False
-    compile: bool = False
+    compile: bool | str = False  # or a torch.compile mode, e.g. "reduce-overhead" (CUDA graphs)
     warmup_batches: int = 0
     device_train_microbatch_size: int | None = None  # per process
     nproc: int = 1  # processes (torchrun) that train each run: see `scale_out`

@@ -18,6 +18,7 @@ from cadence.time import Time, TimeUnit
 
 __all__ = [
     "AUGMENTS",
+    "COMPILE_MODES",
     "DATASETS",
     "LOADERS",
     "OPTIMIZERS",
@@ -83,6 +84,8 @@ AUGMENTS = ("none", "flip", "flip_crop", "alt_flip_translate")
 #: ``[optimizer]`` keys the harness reads itself (`cadence_harness.running.optimizer`), not the optimizer class.
 OPTIMIZER_EXTRAS = ("norm_lr_scale", "lookahead")
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
+#: torch.compile's modes a recipe's ``compile`` may name (``true``: the default); "reduce-overhead" adds CUDA graphs
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 REQUIRED = ("name", "model", "data", "duration")
 TABLES = ("model_kwargs", "optimizer", "schedule", "methods", "grid", "fsdp")
 
@@ -206,9 +209,11 @@ def check_types(values: Mapping[str, Any]) -> None:
     check_int("max_length", values.get("max_length", 8), minimum=8)
     check_int("num_workers", values.get("num_workers", 0), minimum=0)
     check_int("warmup_batches", values.get("warmup_batches", 0), minimum=0)
-    for key in ("channels_last", "compile"):
-        if not isinstance(values.get(key, False), bool):
-            raise fail(key, values[key], "must be true or false")
+    if not isinstance(values.get("channels_last", False), bool):
+        raise fail("channels_last", values["channels_last"], "must be true or false")
+    compile_mode = values.get("compile", False)
+    if not isinstance(compile_mode, bool) and compile_mode not in COMPILE_MODES:
+        raise fail("compile", compile_mode, f"must be true, false or a torch.compile mode: {', '.join(COMPILE_MODES)}")
     check_choice("device", values.get("device", "cpu"), ("cpu", "gpu"))
     if values.get("precision") is not None:
         check_choice("precision", values["precision"], PRECISIONS)

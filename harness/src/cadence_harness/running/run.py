@@ -218,6 +218,13 @@ def build_model(recipe: Recipe, data: RunLoaders) -> Any:
     return model
 
 
+def compile_config(mode: bool | str) -> dict[str, Any] | None:
+    """The Trainer's ``compile_config`` for a recipe's ``compile``: none, torch.compile's defaults, or a mode."""
+    if mode is False:
+        return None
+    return {} if mode is True else {"mode": mode}
+
+
 def build_algorithms(spec: RunSpec) -> list[Algorithm]:
     """Fresh instances of the arm's methods, for this run's Trainer (methods keep per-run state)."""
     return [build_algorithm(name, kwargs) for name, kwargs in spec.method_kwargs()]
@@ -310,7 +317,7 @@ def execute(
             seed=spec.seed,
             run_name=spec.run_name,
             progress_bar=progress_bar,
-            compile_config={} if recipe.compile else None,  # forward and loss; the model stays uncompiled
+            compile_config=compile_config(recipe.compile),  # forward and loss; the model stays uncompiled
             parallelism_config=parallelism_config(recipe.fsdp),  # FSDP2, else DDP when world_size > 1
         )
     except BaseException as error:  # no Trainer owns the run yet (if its __init__ did finish it, this is a no-op)

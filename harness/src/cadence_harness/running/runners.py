@@ -164,6 +164,7 @@ def run_one_in_process(
     import traceback
 
     from cadence.loggers import failure_kind
+    from cadence_harness.running.collector import collect_and_freeze
     from cadence_harness.running.run import execute
 
     microbatch = spec.recipe.device_train_microbatch_size
@@ -171,6 +172,7 @@ def run_one_in_process(
         id_file = Path(folder) / "run_id"
         while True:
             id_file.unlink(missing_ok=True)
+            collect_and_freeze()  # no run is alive: the collection when its fit starts walks only what it built
             try:
                 execute(
                     spec,

@@ -18,7 +18,9 @@ time. DataLoader worker processes are not included (the default tensor loader ha
 thread's own CPU time is kept apart (``final/main_thread_cpu_s``): on a GPU it is the host work that feeds
 the device. `MachineProbe` reads the host's load and the GPU's clock, temperature and power at each
 evaluation and at the end (``final/host_load``, ``final/gpu_*``), so that a slow run can be told apart as
-a busy host or a throttled device.
+a busy host or a throttled device. Python's garbage collector runs one full collection as the fit starts,
+before the clocks, and every collection inside the training clock is timed (``final/gc_*``;
+`cadence_harness.running.collector`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cadence.callback import Callback
+from cadence_harness.running.collector import CollectorPauses, collect_before_run
 from cadence_harness.running.flops import job_sum
 from cadence_harness.running.machine_probe import MachineProbe
 
@@ -131,9 +134,15 @@ class RunTimer(Callback):
         self._samples_at_start = 0
         self._tokens_at_start = 0
         self.probe: MachineProbe | None = None
+        self.collector = CollectorPauses(lambda: self.train is not None and self.train.running)
+        self.collect_before_s = 0.0
+
+    def close(self, state: State, logger: Logger) -> None:
+        self.collector.stop()  # a fit that raised never reached fit_end
 
     # Training region --------------------------------------------------------------------
     def fit_start(self, state: State, logger: Logger) -> None:
+        self.collect_before_s = collect_before_run()  # the full collection building the run made due, untimed
         self._state = state  # `time_apart` reads the sample count from it
         self.probe = MachineProbe(state.device)
         if state.device.type == "cuda":
@@ -143,6 +152,7 @@ class RunTimer(Callback):
         (self.warmup if self.warmup_batches > state.timestamp.batch else self.train).start()
         self._samples_at_start = state.timestamp.sample
         self._tokens_at_start = state.timestamp.token
+        self.collector.start()  # collections inside the training clock are timed
 
     def before_dataloader(self, state: State, logger: Logger) -> None:
         self._data_start = time.perf_counter()
@@ -211,6 +221,7 @@ class RunTimer(Callback):
         self.warmup.stop()
         self.train.stop()
         self.wall_s = time.perf_counter() - self._wall_start
+        self.collector.stop()
         if self.probe is not None:
             self.probe.read()
         local = state.timestamp.sample - self._samples_at_start - self._warmup_samples
@@ -234,6 +245,7 @@ class RunTimer(Callback):
             "final/data_wait_frac": self.data_wait_s / self.wall_s if self.wall_s > 0 else 0.0,
             "final/peak_memory_mb": peak_memory_mb(device),
         }
+        summary.update(self.collector.summary(), **{"final/gc_before_s": self.collect_before_s})
         if self.probe is not None:
             summary.update(self.probe.summary())
         if self.tokens:

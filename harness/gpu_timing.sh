@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 27, item 7, on one GPU machine start: can the training time of one configuration's seeds be decided with
+# (coefficient of variation <= 3 %)? One short script for a lent machine (estimated 5-8 minutes on an H100/H200;
+# not yet run on one):
+#
+#   1. the harness's host time per step on the GPU (the 200 us goal), beside a hand-written loop;
+#   2. cifar10_fast's baseline, SEEDS seeds in one process (one unrecorded warm-up run first), eager;
+#   3. the same seeds with the forward and loss compiled (torch.compile, mode "reduce-overhead": CUDA graphs, so
+#      the host launches a step's kernels in one call and a slower host start matters less); skip with COMPILE=0;
+#   4. `cadence-bench spread`: each configuration's CV with its 95 % interval, the goal's verdict, and what the
+#      slowest run was doing (training-thread CPU s per training s, gc s in training, host load, lowest SM clock).
+#
+#   bash harness/gpu_timing.sh --data-dir .gpu                  # from the repository root, after the set-up
+#   SEEDS=5 COMPILE=0 bash harness/gpu_timing.sh --data-dir .gpu
+#
+# Records go to $OUT/records (default cadence_runs/gpu_timing/records): copy them into method_cards/runs to keep
+# them. Every run records the machine start's boot_id, so runs of later starts are told apart.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python}
+SEEDS=${SEEDS:-10}
+COMPILE=${COMPILE:-1}
+OUT=${OUT:-cadence_runs/gpu_timing}
+mkdir -p "$OUT"
+export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-sqlite:///$PWD/$OUT/timing.db}
+common=(--in-process --seeds "$SEEDS" --records "$OUT/records" --log-dir "$OUT/logs" "$@")
+
+"$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'gpu_timing.sh needs a CUDA GPU (torch.cuda.is_available() is False)')"
+"$PY" -c "import torch; print('GPU:', torch.cuda.get_device_name(0), '| torch', torch.__version__, '| CUDA', torch.version.cuda)"
+cat /proc/sys/kernel/random/boot_id
+
+echo "== 1. host time per step (harness_step, GPU)"
+"$PY" -m cadence_harness.benchmarks.harness_step --device gpu --repeats 5 || echo "harness_step failed: $?"
+echo "== 2. cifar10_fast baseline, $SEEDS seeds, eager"
+"$PY" -m cadence_harness grid cifar10_fast "${common[@]}" || echo "eager grid failed: $?"
+if ((COMPILE)); then
+  echo "== 3. the same, compiled (reduce-overhead)"
+  "$PY" -m cadence_harness grid cifar10_fast --set compile=reduce-overhead "${common[@]}" || echo "compiled grid failed: $?"
+fi
+echo "== 4. spread"
+"$PY" -m cadence_harness spread cifar10_fast --records "$OUT/records"

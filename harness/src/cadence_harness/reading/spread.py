@@ -1,0 +1,169 @@
+"""The spread of training time across seeds of one configuration, per machine and machine start.
+
+Issue 27 asks for timing one can decide with: on a GPU, the seeds of one configuration within 3 % of each
+other in training time. This reads that spread from run records (nothing else): for each group of runs that
+differ only in their seed (the arm at one budget, ``group_hash``), on one machine (`same_machine`'s key) and
+one machine start (the recorded ``boot_id``; for GPU records made before it was logged, inferred from pauses
+between runs; CPU records without it form one start, "unrecorded"),
+it gives the coefficient of variation of ``final/train_s`` with a 95 % interval and judges it against the
+goal: *met* when the whole interval is at or below it, *missed* when the whole interval is above it, else
+*inconclusive*. Five seeds cannot show a spread of 3 % is under 3 %; ten seeds of a steady configuration can.
+
+Beside it, what the slowest run was doing, so that a spread can be traced to its cause: its training thread's CPU
+seconds per training second (near 1 on a GPU: the host is the bottleneck, and a slower host start is a slower
+run), its seconds in Python's garbage collector inside training, its host load and on a GPU its lowest SM clock.
+
+The interval: a chi-square interval for the standard deviation, ``s · sqrt((n-1) / chi2)``, divided by the mean.
+It assumes normal noise and ignores the mean's own uncertainty (small beside the spread's for these sizes);
+``harness/tests/test_spread.py`` checks by simulation that it covers 95 %.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from cadence_harness.records import RunRecord, budget_value, latest_per_config, same_machine
+from cadence_harness.stats import Interval
+
+__all__ = ["GOAL", "Spread", "cv_interval", "format_spreads", "spreads"]
+
+GOAL = 0.03  # issue 27: training time of one configuration's seeds within 3 %
+UNRECORDED = "unrecorded"
+HEADER = "| arm | budget | n | median train s | CV | max/min | goal | slowest: cpu/train | gc s | load | SM MHz |"
+START_GAP_S = 120.0  # GPU records without a boot_id: a longer pause between runs' ends is another machine start
+
+
+def cv_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """The coefficient of variation (sample standard deviation / mean) of positive values, with its interval."""
+    from scipy.stats import chi2
+
+    n = len(values)
+    mean = statistics.fmean(values) if n else float("nan")
+    if n < 2 or mean <= 0:
+        return Interval(float("nan") if n < 2 else 0.0, None, None, n)
+    cv = statistics.stdev(values) / mean
+    tail = (1 - confidence) / 2
+    low = cv * math.sqrt((n - 1) / chi2.ppf(1 - tail, n - 1))
+    high = cv * math.sqrt((n - 1) / chi2.ppf(tail, n - 1))
+    return Interval(cv, low, high, n)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One configuration's seeds on one machine start."""
+
+    machine: str
+    start: str  # the machine start's boot_id (first 8 characters), or UNRECORDED
+    arm: str
+    budget: str
+    train_s: tuple[float, ...]  # by seed
+    cv: Interval
+    slowest: RunRecord
+
+    @property
+    def verdict(self) -> str:
+        if self.cv.low is None or self.cv.high is None:
+            return "too few seeds"
+        if self.cv.high <= GOAL:
+            return "met"
+        return "missed" if self.cv.low > GOAL else "inconclusive"
+
+
+def _starts(runs: Sequence[RunRecord]) -> dict[str, str]:
+    """Each run's machine start: its recorded ``boot_id``. A GPU run recorded without one is placed by time: a
+    lent GPU machine runs a study's runs seconds apart, so a pause of more than `START_GAP_S` between two
+    runs' ends starts a new one ("inferred 1", "inferred 2", ...). A CPU run without one is UNRECORDED (one CPU
+    run can outlast the gap)."""
+    starts: dict[str, str] = {}
+    unrecorded_gpu = []
+    for run in runs:
+        boot = run.params.get("boot_id", "")
+        if boot:
+            starts[run.run_id] = boot[:8]
+        elif run.params.get("device") == "gpu":
+            unrecorded_gpu.append(run)
+        else:
+            starts[run.run_id] = UNRECORDED
+    by_machine: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in unrecorded_gpu:
+        by_machine[same_machine([run]) or "?"].append(run)
+    for members in by_machine.values():
+        members.sort(key=lambda run: run.end_time)
+        start, previous = 1, None
+        for run in members:
+            if previous is not None and run.end_time - previous > START_GAP_S * 1000:
+                start += 1
+            starts[run.run_id], previous = f"inferred {start}", run.end_time
+    return starts
+
+
+def spreads(runs: Iterable[RunRecord], min_seeds: int = 3) -> list[Spread]:
+    """Every group of at least `min_seeds` seeds of one configuration on one machine start, newest run per
+    configuration; ordered by machine, start, arm and budget."""
+    timed = [run for run in latest_per_config(runs) if run.metrics.get("final/train_s", 0) > 0]
+    starts = _starts(timed)
+    groups: dict[tuple[str, str, str], list[RunRecord]] = defaultdict(list)
+    for run in timed:
+        groups[(same_machine([run]) or "?", starts[run.run_id], run.group_hash or run.config_hash)].append(run)
+    found = []
+    for (machine, start, _), members in groups.items():
+        if len(members) < min_seeds:
+            continue
+        members.sort(key=lambda run: run.seed)
+        times = tuple(run.metrics["final/train_s"] for run in members)
+        slowest = max(members, key=lambda run: run.metrics["final/train_s"])
+        found.append(Spread(machine, start, members[0].arm, members[0].budget, times, cv_interval(times), slowest))
+    return sorted(found, key=lambda s: (s.machine, s.start, s.arm != "baseline", s.arm, budget_value(s.budget)))
+
+
+def _cause(run: RunRecord) -> str:
+    final = run.metrics
+    parts = []
+    if final.get("final/main_thread_cpu_s") and final.get("final/train_s"):
+        parts.append(f"{final['final/main_thread_cpu_s'] / final['final/train_s']:.2f}")
+    else:
+        parts.append("-")
+    parts.append(f"{final['final/gc_s']:.3f}" if "final/gc_s" in final else "-")
+    parts.append(f"{final['final/host_load']:.2f}" if "final/host_load" in final else "-")
+    parts.append(f"{final['final/gpu_sm_clock_min_mhz']:.0f}" if "final/gpu_sm_clock_min_mhz" in final else "-")
+    return " | ".join(parts)
+
+
+def format_spreads(found: Sequence[Spread]) -> str:
+    """A markdown table per machine start and a closing count against the goal."""
+    if not found:
+        return "No configuration has 3 or more seeds on one machine start."
+    lines = [
+        f"Training time across seeds of one configuration (goal: coefficient of variation <= {GOAL:.0%}; "
+        "95 % interval; the slowest run's training-thread CPU s per training s, gc s in training, host load, "
+        "lowest SM MHz)",
+    ]
+    by_start: dict[tuple[str, str], list[Spread]] = defaultdict(list)
+    for spread in found:
+        by_start[(spread.machine, spread.start)].append(spread)
+    for (machine, start), rows in by_start.items():
+        lines += ["", f"### {machine}, machine start {start}", ""]
+        lines += [
+            "| arm | budget | n | median train s | CV | max/min | goal | slowest: cpu/train | gc s | load | SM MHz |"
+        ]
+        lines += ["|---|---|---|---|---|---|---|---|---|---|---|"]
+        for s in rows:
+            cv = s.cv.format(scale=100, digits=1, suffix=" %")
+            ratio = max(s.train_s) / min(s.train_s)
+            median = statistics.median(s.train_s)
+            lines.append(
+                f"| {s.arm} | {s.budget} | {s.cv.n} | {median:.2f} | {cv} | {ratio:.3f} | {s.verdict} | "
+                f"{_cause(s.slowest)} |"
+            )
+    counts = {verdict: sum(s.verdict == verdict for s in found) for verdict in ("met", "inconclusive", "missed")}
+    median_cv = statistics.median(s.cv.mean for s in found)
+    lines += [
+        "",
+        f"{len(found)} configurations: goal met {counts['met']}, inconclusive {counts['inconclusive']}, missed "
+        f"{counts['missed']}; median CV {median_cv:.1%}.",
+    ]
+    return "\n".join(lines)
