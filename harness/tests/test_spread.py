@@ -13,14 +13,24 @@ from cadence_harness.records import TAG, RunRecord, append_records, records_file
 
 
 def _record(
-    arm: str, seed: int, train_s: float, *, budget: str = "10ep", device: str = "gpu", boot: str = "", end_s: float = 0
+    arm: str,
+    seed: int,
+    train_s: float,
+    *,
+    budget: str = "10ep",
+    device: str = "gpu",
+    boot: str = "",
+    end_s: float = 0,
+    compile_mode: str = "False",
 ) -> RunRecord:
-    tags = {"arm": arm, "seed": str(seed), "budget": budget, "config_hash": f"{arm}-{budget}-s{seed}-{boot}"}
-    tags["group_hash"] = f"{arm}-{budget}"
+    configuration = f"{arm}-{budget}-{compile_mode}"
+    tags = {"arm": arm, "seed": str(seed), "budget": budget, "config_hash": f"{configuration}-s{seed}-{boot}"}
+    tags["group_hash"] = configuration
     params = {"device": device, "device_name": "NVIDIA H200" if device == "gpu" else "AMD EPYC", "duration": budget}
-    params |= {"boot_id": boot} if boot else {}
+    params |= {"boot_id": boot, "seed": str(seed)} if boot else {"seed": str(seed)}
+    params["compile"] = compile_mode
     return RunRecord(
-        run_id=f"{arm}-{budget}-s{seed}-{boot}-{end_s}",
+        run_id=f"{configuration}-s{seed}-{boot}-{end_s}",
         experiment="cifar10_fast",
         tags={f"{TAG}{key}": value for key, value in tags.items()},
         params=params,
@@ -98,3 +108,12 @@ def test_the_gpu_timing_script_parses_and_refuses_a_machine_without_cuda(tmp_pat
     env = {"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": str(tmp_path / "out")}
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode != 0 and "gpu_timing.sh needs a CUDA GPU" in result.stderr
+
+
+def test_two_configurations_of_one_arm_and_budget_are_named_by_what_differs() -> None:
+    eager = [_record("baseline", s, 2.8 + s / 100, boot="aaaa1111") for s in range(3)]
+    compiled = [_record("baseline", s, 2.1, boot="aaaa1111", compile_mode="reduce-overhead") for s in range(3)]
+    found = spreads(eager + compiled)
+    assert sorted(s.settings for s in found) == ["compile=False", "compile=reduce-overhead"]
+    assert "| baseline (compile=reduce-overhead) | 10ep | 3 | 2.10 |" in format_spreads(found)
+    assert spreads(eager)[0].settings == ""  # alone, nothing to tell apart

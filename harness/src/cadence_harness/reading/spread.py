@@ -20,13 +20,14 @@ It assumes normal noise and ignores the mean's own uncertainty (small beside the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cadence_harness.records import RunRecord, budget_value, latest_per_config, same_machine
+from cadence_harness.records import MACHINE_PARAMS, RunRecord, budget_value, latest_per_config, same_machine
 from cadence_harness.stats import Interval
 
 __all__ = ["GOAL", "Spread", "cv_interval", "format_spreads", "spreads"]
@@ -34,6 +35,7 @@ __all__ = ["GOAL", "Spread", "cv_interval", "format_spreads", "spreads"]
 GOAL = 0.03  # issue 27: training time of one configuration's seeds within 3 %
 UNRECORDED = "unrecorded"
 HEADER = "| arm | budget | n | median train s | CV | max/min | goal | slowest: cpu/train | gc s | load | SM MHz |"
+_NOT_SETTINGS = {"seed", "config_hash", "git_sha", *MACHINE_PARAMS}  # per run, machine or software: not settings
 START_GAP_S = 120.0  # GPU records without a boot_id: a longer pause between runs' ends is another machine start
 
 
@@ -63,6 +65,7 @@ class Spread:
     train_s: tuple[float, ...]  # by seed
     cv: Interval
     slowest: RunRecord
+    settings: str = ""  # what sets it apart from another configuration of the same arm and budget there
 
     @property
     def verdict(self) -> str:
@@ -117,7 +120,26 @@ def spreads(runs: Iterable[RunRecord], min_seeds: int = 3) -> list[Spread]:
         times = tuple(run.metrics["final/train_s"] for run in members)
         slowest = max(members, key=lambda run: run.metrics["final/train_s"])
         found.append(Spread(machine, start, members[0].arm, members[0].budget, times, cv_interval(times), slowest))
+    found = _named_apart(found)
     return sorted(found, key=lambda s: (s.machine, s.start, s.arm != "baseline", s.arm, budget_value(s.budget)))
+
+
+def _named_apart(found: list[Spread]) -> list[Spread]:
+    """Configurations of one arm and budget on one start (e.g. eager and compiled) get the params that differ."""
+    alike: dict[tuple[str, str, str, str], list[Spread]] = defaultdict(list)
+    for spread in found:
+        alike[(spread.machine, spread.start, spread.arm, spread.budget)].append(spread)
+    named = []
+    for spreads_alike in alike.values():
+        params = [s.slowest.params for s in spreads_alike]
+        keys = sorted(k for k in {k for p in params for k in p} - _NOT_SETTINGS if not k.startswith("versions."))
+        differing = [k for k in keys if len({p.get(k) for p in params}) > 1]
+        for spread, values in zip(spreads_alike, params, strict=True):
+            settings = ", ".join(f"{k}={values.get(k, '-')}" for k in differing)
+            if len(spreads_alike) > 1 and not settings:  # only the software differs: name the configuration
+                settings = f"configuration {spread.slowest.group_hash[:8]}"
+            named.append(dataclasses.replace(spread, settings=settings))
+    return named
 
 
 def _cause(run: RunRecord) -> str:
@@ -155,8 +177,9 @@ def format_spreads(found: Sequence[Spread]) -> str:
             cv = s.cv.format(scale=100, digits=1, suffix=" %")
             ratio = max(s.train_s) / min(s.train_s)
             median = statistics.median(s.train_s)
+            arm = f"{s.arm} ({s.settings})" if s.settings else s.arm
             lines.append(
-                f"| {s.arm} | {s.budget} | {s.cv.n} | {median:.2f} | {cv} | {ratio:.3f} | {s.verdict} | "
+                f"| {arm} | {s.budget} | {s.cv.n} | {median:.2f} | {cv} | {ratio:.3f} | {s.verdict} | "
                 f"{_cause(s.slowest)} |"
             )
     counts = {verdict: sum(s.verdict == verdict for s in found) for verdict in ("met", "inconclusive", "missed")}
