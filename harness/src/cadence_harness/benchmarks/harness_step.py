@@ -35,6 +35,7 @@ device waits for the host, so the wall clock per step is the host's work per ste
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -133,6 +134,7 @@ def hand_loop(data: Data, steps: int) -> Steps:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     generator, augment = torch.Generator(device=data.device), loaders.FlipCrop(IMAGE_SIZE // 8)
     clock, done = Steps(), 0
+    gc.collect()  # as RunTimer does when a fit starts: neither loop begins with a full collection due
     clock.begin()
     for epoch in range(-(-steps // STEPS_PER_EPOCH)):
         for images, labels in hand_batches(data, epoch, generator, augment):
