@@ -199,3 +199,38 @@ def log_study(uri: str, recipe: Recipe, known: Mapping[tuple[str, str], tuple[fl
 def study_logger() -> Any:
     """`log_study(uri, recipe, known)`: every run of a grid with known numbers, without training."""
     return log_study
+
+
+def fit_linear(callbacks: Sequence[Any], batches: int = 4, evaluate: bool = True) -> Any:
+    """A 4-in, 2-out linear classifier trained `batches` steps of 4 samples (evaluated every 2 steps on the same
+    16), with `callbacks` in that order; closed even when the fit raises. Returns the Trainer."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from cadence import Classifier, Trainer
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    model = Classifier(torch.nn.Linear(4, 2), 2)
+    evaluation = {"eval_dataloader": DataLoader(data, batch_size=8), "eval_interval": "2ba"} if evaluate else {}
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(data, batch_size=4),
+        max_duration=f"{batches}ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        callbacks=list(callbacks),
+        progress_bar=False,
+        seed=0,
+        **evaluation,
+    )
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    return trainer
+
+
+@pytest.fixture(scope="session")
+def linear_fit() -> Any:
+    """`fit_linear(callbacks, batches=4, evaluate=True)`: a tiny classifier's fit with these callbacks."""
+    return fit_linear

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
-from cadence import Callback, Classifier, Trainer
+from cadence import Callback
 from cadence_harness.running.collector import CollectorPauses, collect_and_freeze, collect_before_run
 from cadence_harness.running.timing import RunTimer
 
@@ -53,32 +52,10 @@ class Collects(Callback):
         gc.collect()
 
 
-def _fit(callback: Collects, timer: RunTimer) -> Trainer:
-    torch.manual_seed(0)
-    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
-    model = Classifier(torch.nn.Linear(4, 2), 2)
-    trainer = Trainer(
-        model=model,
-        train_dataloader=DataLoader(data, batch_size=4),
-        eval_dataloader=DataLoader(data, batch_size=8),
-        eval_interval="2ba",
-        max_duration="4ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
-        callbacks=[timer, callback],  # the timer first: its clock runs when the test's callback collects
-        progress_bar=False,
-        seed=0,
-    )
-    try:
-        trainer.fit()
-    finally:
-        trainer.close()
-    return trainer
-
-
 @pytest.mark.usefixtures("manual_collector")
-def test_collections_in_training_are_counted_and_those_in_evaluation_are_not() -> None:
+def test_collections_in_training_are_counted_and_those_in_evaluation_are_not(linear_fit: Any) -> None:
     timer, callback = RunTimer("MulticlassAccuracy", target=None), Collects()
-    _fit(callback, timer)
+    linear_fit([timer, callback])  # the timer first: its clock runs as the callback collects
     summary = timer.summary(torch.device("cpu"))
     assert summary["final/gc_full_collections"] == 4  # one per training step; the 2 at evaluations are outside
     assert summary["final/gc_collections"] == 4
@@ -87,18 +64,18 @@ def test_collections_in_training_are_counted_and_those_in_evaluation_are_not() -
 
 
 @pytest.mark.usefixtures("manual_collector")
-def test_the_run_collects_once_before_its_clock_starts() -> None:
+def test_the_run_collects_once_before_its_clock_starts(linear_fit: Any) -> None:
     timer, callback = RunTimer("MulticlassAccuracy", target=None), Collects()
-    _fit(callback, timer)
+    linear_fit([timer, callback])  # the timer first: its clock runs as the callback collects
     assert callback.alive_in_training == [False] * 4  # the cycle made before the fit was freed before training
     assert timer.collector._on_collection not in gc.callbacks
 
 
 @pytest.mark.usefixtures("manual_collector")
-def test_a_fit_that_raises_stops_listening_to_the_collector() -> None:
+def test_a_fit_that_raises_stops_listening_to_the_collector(linear_fit: Any) -> None:
     timer, callback = RunTimer("MulticlassAccuracy", target=None), Collects(fail_at=1)
     with pytest.raises(RuntimeError, match="middle of training"):
-        _fit(callback, timer)
+        linear_fit([timer, callback])  # the timer first: its clock runs as the callback collects
     assert len(callback.alive_in_training) == 2
     assert timer.collector._on_collection not in gc.callbacks
 

@@ -79,23 +79,9 @@ class SlowCounting(Callback):
             time.sleep(0.3)
 
 
-def test_a_batch_during_which_work_is_counted_is_timed_apart_as_a_shape_warmup() -> None:
+def test_a_batch_during_which_work_is_counted_is_timed_apart_as_a_shape_warmup(linear_fit: Any) -> None:
     timer = RunTimer("MulticlassAccuracy", target=None)
-    counting = SlowCounting(timer.time_apart)
-    torch.manual_seed(0)
-    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
-    model = Classifier(torch.nn.Linear(4, 2), 2)
-    trainer = Trainer(
-        model=model,
-        train_dataloader=DataLoader(data, batch_size=4),
-        max_duration="4ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
-        callbacks=[timer, counting],
-        progress_bar=False,
-        seed=0,
-    )
-    trainer.fit()
-    trainer.close()
+    linear_fit([timer, SlowCounting(timer.time_apart)], evaluate=False)
     summary = timer.summary(torch.device("cpu"))
     assert summary["final/shape_warmups"] == 1
     assert summary["final/warmup_s"] >= 0.3 > summary["final/train_s"]  # the sleep left the timed region
@@ -118,18 +104,9 @@ class BusyOtherThread(Callback):
         worker.join()
 
 
-def test_the_training_threads_cpu_time_excludes_other_threads_work() -> None:
+def test_the_training_threads_cpu_time_excludes_other_threads_work(linear_fit: Any) -> None:
     timer = RunTimer("MulticlassAccuracy", target=None)
-    trainer = Trainer(
-        model=Classifier(torch.nn.Linear(4, 2), 2),
-        train_dataloader=DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4),
-        max_duration="4ba",
-        callbacks=[timer, BusyOtherThread()],
-        progress_bar=False,
-        seed=0,
-    )
-    trainer.fit()
-    trainer.close()
+    linear_fit([timer, BusyOtherThread()], evaluate=False)
     summary = timer.summary(torch.device("cpu"))
     assert summary["final/cpu_s"] >= 0.19  # the process: four 0.05 s spins of the other thread
     assert summary["final/main_thread_cpu_s"] < summary["final/cpu_s"] - 0.1  # the training thread only waited
