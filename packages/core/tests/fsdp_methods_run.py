@@ -10,7 +10,6 @@ trains each case unsharded only and writes its weights there.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -18,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fsdp_run import GLOBAL_BATCH, VOCAB, lm_batch, tiny_gpt2
+from fsdp_run import GLOBAL_BATCH, VOCAB, exit_cleanly, lm_batch, tiny_gpt2
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Classifier, HuggingFaceModel, Trainer
-from cadence.distributed import destroy, get_rank, get_world_size, initialize_from_environment
+from cadence.distributed import get_rank, get_world_size, initialize_from_environment
 from cadence.testing import image_dataset, mlp_classifier, tiny_image_classifier
 
 
@@ -211,10 +210,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Leave the group while the interpreter is whole, then skip its finalisation: a gloo worker thread
-    # still holding work at finalisation can abort the process after the run succeeded (SIGABRT,
-    # "terminate called without an active exception"; pytorch/pytorch#179291 describes the mechanism).
-    destroy()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_cleanly()

@@ -168,12 +168,16 @@ def main() -> None:
     trainer.close()
 
 
-if __name__ == "__main__":
-    main()
-    # Leave the group while the interpreter is whole, then skip its finalisation: a gloo worker thread
-    # still holding work at finalisation can abort the process after the run succeeded (SIGABRT,
-    # "terminate called without an active exception"; pytorch/pytorch#179291 describes the mechanism).
+def exit_cleanly() -> None:
+    """Leave the group while the interpreter is whole, then skip its finalisation: a gloo worker thread still
+    holding work at finalisation can abort a process whose run succeeded (SIGABRT, "terminate called without an
+    active exception"; pytorch/pytorch#179291 describes the mechanism)."""
     destroy()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
+    exit_cleanly()

@@ -169,10 +169,7 @@ def format_spreads(found: Sequence[Spread]) -> str:
         by_start[(spread.machine, spread.start)].append(spread)
     for (machine, start), rows in by_start.items():
         lines += ["", f"### {machine}, machine start {start}", ""]
-        lines += [
-            "| arm | budget | n | median train s | CV | max/min | goal | slowest: cpu/train | gc s | load | SM MHz |"
-        ]
-        lines += ["|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [HEADER, "|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in rows:
             cv = s.cv.format(scale=100, digits=1, suffix=" %")
             ratio = max(s.train_s) / min(s.train_s)

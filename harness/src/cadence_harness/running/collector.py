@@ -41,10 +41,9 @@ def collect_and_freeze() -> float:
     the data kept resident) goes into the permanent generation, which later collections skip. Returns the
     seconds. Call it only where no run's objects are alive: frozen objects are never collected, so anything
     frozen that later becomes cyclic garbage would stay."""
-    start = time.perf_counter()
-    gc.collect()
+    seconds = collect_before_run()
     gc.freeze()
-    return time.perf_counter() - start
+    return seconds
 
 
 class CollectorPauses:
@@ -58,10 +57,14 @@ class CollectorPauses:
         self.inside = inside
         self.seconds = 0.0
         self.collections = [0, 0, 0]  # per generation, those that started inside the region
+        self.before_s = 0.0  # the full collection made before the region (`collect_before_run`)
         self._began: float | None = None
         self._installed = False
 
-    def start(self) -> None:
+    def start(self, collect_first: bool = False) -> None:
+        """Listen to the collector; with `collect_first`, after a full collection (its seconds: `before_s`)."""
+        if collect_first:
+            self.before_s = collect_before_run()
         if not self._installed:
             gc.callbacks.append(self._on_collection)
             self._installed = True
@@ -85,4 +88,5 @@ class CollectorPauses:
             "final/gc_s": self.seconds,
             "final/gc_collections": float(sum(self.collections)),
             "final/gc_full_collections": float(self.collections[2]),
+            "final/gc_before_s": self.before_s,
         }

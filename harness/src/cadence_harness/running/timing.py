@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cadence.callback import Callback
-from cadence_harness.running.collector import CollectorPauses, collect_before_run
+from cadence_harness.running.collector import CollectorPauses
 from cadence_harness.running.flops import job_sum
 from cadence_harness.running.machine_probe import MachineProbe
 
@@ -135,14 +135,13 @@ class RunTimer(Callback):
         self._tokens_at_start = 0
         self.probe: MachineProbe | None = None
         self.collector = CollectorPauses(lambda: self.train is not None and self.train.running)
-        self.collect_before_s = 0.0
 
     def close(self, state: State, logger: Logger) -> None:
         self.collector.stop()  # a fit that raised never reached fit_end
 
     # Training region --------------------------------------------------------------------
     def fit_start(self, state: State, logger: Logger) -> None:
-        self.collect_before_s = collect_before_run()  # the full collection building the run made due, untimed
+        self.collector.start(collect_first=True)  # before the clocks: the collection building the run made due
         self._state = state  # `time_apart` reads the sample count from it
         self.probe = MachineProbe(state.device)
         if state.device.type == "cuda":
@@ -152,7 +151,6 @@ class RunTimer(Callback):
         (self.warmup if self.warmup_batches > state.timestamp.batch else self.train).start()
         self._samples_at_start = state.timestamp.sample
         self._tokens_at_start = state.timestamp.token
-        self.collector.start()  # collections inside the training clock are timed
 
     def before_dataloader(self, state: State, logger: Logger) -> None:
         self._data_start = time.perf_counter()
@@ -245,7 +243,7 @@ class RunTimer(Callback):
             "final/data_wait_frac": self.data_wait_s / self.wall_s if self.wall_s > 0 else 0.0,
             "final/peak_memory_mb": peak_memory_mb(device),
         }
-        summary.update(self.collector.summary(), **{"final/gc_before_s": self.collect_before_s})
+        summary.update(self.collector.summary())
         if self.probe is not None:
             summary.update(self.probe.summary())
         if self.tokens:
