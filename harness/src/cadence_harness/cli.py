@@ -17,8 +17,8 @@ from typing import Any
 
 from cadence import NotApplicableError
 from cadence_harness.cli_parser import build_parser
-from cadence_harness.reading.study import StudyError, studies_runs
-from cadence_harness.records import TAG, RecordError, default_records_dir, read_records, records_file
+from cadence_harness.reading.study import StudyError, experiment_runs, studies_runs
+from cadence_harness.records import TAG, RecordError, default_records_dir, records_file
 from cadence_harness.running.bridge import export_runs
 from cadence_harness.running.budgets import leaf_recipes
 from cadence_harness.running.data import REPO_ROOT, check_data_dir
@@ -254,13 +254,7 @@ def cmd_spread(args: argparse.Namespace) -> int:
 
     folder, runs = default_records_dir(args.records), []
     for experiment in args.experiment:
-        path = records_file(folder, experiment)
-        if not path.is_file():
-            raise RecipeError(
-                f"`spread` {experiment!r}: no run records at {path}; `cadence-bench grid {experiment}` writes them "
-                "(or pass --records FOLDER)"
-            )
-        runs += [run for run in read_records([path]) if run.experiment == experiment]
+        runs += experiment_runs(experiment, folder, f"`spread` {experiment!r}")[1]
     print(format_spreads(spreads(runs, min_seeds=args.min_seeds)))
     return 0
 

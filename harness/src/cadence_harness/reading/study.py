@@ -16,24 +16,30 @@ from pathlib import Path
 
 from cadence_harness.records import RunRecord, read_records, records_file
 
-__all__ = ["StudyError", "studies_runs", "study_runs"]
+__all__ = ["StudyError", "experiment_runs", "studies_runs", "study_runs"]
 
 
 class StudyError(ValueError):
     """A study that cannot be read or reported: the message names the study and what to do."""
 
 
+def experiment_runs(name: str, records_dir: str | Path, asked_as: str) -> tuple[Path, list[RunRecord]]:
+    """The record file of experiment `name` and its runs; a missing file is refused, naming `asked_as` (the
+    argument that asked for it) and the grid that writes it."""
+    path = records_file(records_dir, name)
+    if not path.is_file():
+        raise StudyError(
+            f"{asked_as}: no run records at {path}; `cadence-bench grid {name}` writes them there as its "
+            "runs finish (or pass --records FOLDER)"
+        )
+    return path, [r for r in read_records([path]) if r.experiment == name]
+
+
 def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord], str]:
     """The name of the study `study` (a recipe's name; a recipe file's stem), its runs, and a line saying which
     records were kept."""
     name = Path(study).stem if Path(study).suffix in (".toml", ".yaml", ".yml") else study
-    path = records_file(records_dir, name)
-    if not path.is_file():
-        raise StudyError(
-            f"`--study` {study!r}: no run records at {path}; `cadence-bench grid {name}` writes them there as its "
-            "runs finish (or pass --records FOLDER)"
-        )
-    runs = [r for r in read_records([path]) if r.experiment == name]
+    path, runs = experiment_runs(name, records_dir, f"`--study` {study!r}")
     kept = [r for r in runs if r.tag("study") == name]
     note = f"study {name}: {len(kept)} of the {len(runs)} runs in {path} belong to the grid of its recipe"
     if len(kept) < len(runs):
