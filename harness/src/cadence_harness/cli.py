@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cadence import NotApplicableError
+from cadence import NotApplicableError, distributed
 from cadence_harness.cli_parser import build_parser
 from cadence_harness.reading.study import StudyError, experiment_runs, studies_runs
 from cadence_harness.records import TAG, RecordError, default_records_dir, records_file
@@ -292,9 +292,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     tags = dict(pair.split("=", 1) for pair in args.tag)
     options = {"data_dir": args.data_dir, "download": args.download, "microbatch_size": args.microbatch_size}
     options["progress_bar"] = args.progress
-    return run_worker(
-        Path(args.spec), tracking_uri=args.tracking_uri, tags=tags, run_id_file=args.run_id_file, **options
-    )
+    options |= {"tracking_uri": args.tracking_uri, "tags": tags, "run_id_file": args.run_id_file}
+    code = run_worker(Path(args.spec), **options)
+    if distributed.get_world_size() > 1:  # one of torchrun's processes: its finalisation can abort a finished run
+        distributed.exit_without_finalization(code)
+    return code
 
 
 # Parser ----------------------------------------------------------------------------------

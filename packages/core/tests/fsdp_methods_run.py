@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fsdp_run import GLOBAL_BATCH, VOCAB, exit_cleanly, lm_batch, tiny_gpt2
+from fsdp_run import GLOBAL_BATCH, VOCAB, lm_batch, tiny_gpt2
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Classifier, HuggingFaceModel, Trainer
-from cadence.distributed import get_rank, get_world_size, initialize_from_environment
+from cadence.distributed import exit_without_finalization, get_rank, get_world_size, initialize_from_environment
 from cadence.testing import image_dataset, mlp_classifier, tiny_image_classifier
 
 
@@ -210,4 +210,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    exit_cleanly()
+    exit_without_finalization()  # finalisation can abort a finished gloo run

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Callback, Event, HuggingFaceModel, InMemoryLogger, Trainer
-from cadence.distributed import destroy, get_world_size, initialize_from_environment
+from cadence.distributed import exit_without_finalization, get_world_size, initialize_from_environment
 from cadence.testing import mlp_classifier
 
 GLOBAL_BATCH = 16
@@ -168,16 +167,6 @@ def main() -> None:
     trainer.close()
 
 
-def exit_cleanly() -> None:
-    """Leave the group while the interpreter is whole, then skip its finalisation: a gloo worker thread still
-    holding work at finalisation can abort a process whose run succeeded (SIGABRT, "terminate called without an
-    active exception"; pytorch/pytorch#179291 describes the mechanism)."""
-    destroy()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
 if __name__ == "__main__":
     main()
-    exit_cleanly()
+    exit_without_finalization()  # finalisation can abort a finished gloo run
