@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import InMemoryLogger, Trainer
-from cadence.distributed import get_world_size, initialize_from_environment
+from cadence.distributed import exit_without_finalization, get_world_size, initialize_from_environment
 from cadence.testing import mlp_classifier
 
 GLOBAL_BATCH = 16
@@ -66,3 +66,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_without_finalization()  # finalisation can abort a finished gloo run (cadence.distributed)

@@ -16,6 +16,7 @@ from cadence_sam import SAM
 from torch.utils.data import DataLoader, TensorDataset
 
 from cadence import Callback, Event, State, Trainer
+from cadence.distributed import exit_without_finalization
 from cadence.testing import mlp_classifier
 
 
@@ -54,3 +55,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_without_finalization()  # finalisation can abort a finished gloo run (cadence.distributed)

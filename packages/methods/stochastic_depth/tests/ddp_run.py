@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchvision.models.resnet import BasicBlock, ResNet
 
 from cadence import Classifier, Trainer
+from cadence.distributed import exit_without_finalization
 
 
 class HiddenUnusedParameters(StochasticDepth):
@@ -55,3 +56,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_without_finalization()  # finalisation can abort a finished gloo run (cadence.distributed)

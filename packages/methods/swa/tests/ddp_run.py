@@ -18,6 +18,7 @@ from cadence_swa import SWA, training_batches
 from torch.optim.swa_utils import update_bn
 
 from cadence import Trainer
+from cadence.distributed import exit_without_finalization
 from cadence.testing import image_dataset, tiny_image_classifier
 
 
@@ -44,3 +45,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_without_finalization()  # finalisation can abort a finished gloo run (cadence.distributed)
