@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,23 +15,25 @@ from typing import Any
 import pytest
 
 from cadence_harness.records import read_records
+from cadence_harness.running.runners import Interruption
 from cadence_harness.running.tracking import client
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("stop", "code"),
-    [("ctrl-c", 130), ("kill", 143)],
-    ids=["SIGINT-to-the-process-group", "SIGTERM-to-the-grid-alone"],
+    ("stop", "code", "sigint"),
+    [("ctrl-c", 130, "default"), ("kill", 143, "ignored")],
+    ids=["SIGINT-to-the-process-group", "SIGTERM-to-a-grid-started-with-SIGINT-ignored"],
 )
 def test_ctrl_c_on_a_grid_kills_the_running_run_and_leaves_the_records_whole(
-    stop: str, code: int, tmp_path: Path, tracking_uri: str, tiny_recipe_file: Any
+    stop: str, code: int, sigint: str, tmp_path: Path, tracking_uri: str, tiny_recipe_file: Any
 ) -> None:
     """Ctrl-C in a terminal reaches the grid and its worker; `kill PID` (SIGTERM) the grid alone, which passes
-    it on to its workers: both end the same way."""
+    it on to its workers as SIGINT: both end the same way, also where the grid was started with SIGINT ignored
+    (a script's background job), which its workers inherit."""
     path = tiny_recipe_file(duration="200ba", seeds=3)
     records = tmp_path / "runs"
-    command = [sys.executable, "-m", "cadence_harness", "grid", path, "--isolate", "--tracking-uri", tracking_uri]
+    command = [*_python_with_sigint(sigint), "grid", path, "--isolate", "--tracking-uri", tracking_uri]
     command += ["--records", str(records), "--log-dir", str(tmp_path / "logs")]
     # One thread per worker: beside the suite's other pytest worker, a 2-thread worker on 2 cores spins in OpenMP
     # barriers (a 200-batch run took over 420 s of wall time in CI, 15 s alone). SIGABRT prints every thread's
@@ -62,6 +65,30 @@ def test_ctrl_c_on_a_grid_kills_the_running_run_and_leaves_the_records_whole(
     statuses = sorted((r.info.run_name, r.info.status) for r in runs)
     assert statuses == [("baseline-s0", "FINISHED"), ("baseline-s1", "KILLED")], statuses
     assert [r.seed for r in read_records([file])] == [0]  # the finished run, recorded at once; the killed one not
+
+
+def test_an_interrupted_worker_that_does_not_stop_is_killed_after_the_grace_also_without_a_timeout(
+    tmp_path: Path,
+) -> None:
+    """A worker deaf to SIGINT (hung, or started with it ignored) must not hold an interrupted grid until it ends."""
+    deaf = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
+    interruption = Interruption(grace_s=0.5)
+    with (tmp_path / "worker.log").open("w") as log:
+        worker = interruption.start([sys.executable, "-c", deaf], log)
+        threading.Timer(1.0, interruption.interrupt).start()
+        started = time.monotonic()
+        code = interruption.wait(worker, timeout_s=None)
+    assert code == -signal.SIGKILL and time.monotonic() - started < 15
+
+
+def _python_with_sigint(disposition: str) -> list[str]:
+    """`python -m cadence_harness` with SIGINT as a shell would start it, whatever pytest's own disposition (which
+    children inherit when it is "ignored"): in a terminal's foreground SIGINT raises KeyboardInterrupt; in a
+    script's background job POSIX shells ignore it."""
+    handler = {"default": "signal.default_int_handler", "ignored": "signal.SIG_IGN"}[disposition]
+    code = f"import runpy, signal; signal.signal(signal.SIGINT, {handler}); "
+    code += "runpy.run_module('cadence_harness', run_name='__main__')"
+    return [sys.executable, "-c", code]
 
 
 def _stop(grid: subprocess.Popen[str], tmp_path: Path) -> str:

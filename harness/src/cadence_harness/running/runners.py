@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 OOM_EXIT_CODE = 3
+_POLL_S = 0.5  # how often a waiting grid thread looks for an interruption
 KILLED = "killed: the grid was interrupted (Ctrl-C or SIGTERM); the run is recorded KILLED"
 
 
@@ -82,14 +84,21 @@ class Interruption:
         return worker
 
     def wait(self, worker: subprocess.Popen[bytes], timeout_s: float | None) -> int:
-        """The worker's exit code; `subprocess.TimeoutExpired` after `timeout_s` (the worker is then killed)."""
+        """The worker's exit code. Past `timeout_s` it is killed and `subprocess.TimeoutExpired` raised; once the
+        grid is interrupted it has `grace_s` to record its run KILLED, then it is killed (its code is then the
+        negative signal number), with or without a timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            return worker.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            if not self.interrupted:
-                worker.kill()
-                worker.wait()
-                raise
+            while not self.interrupted:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    worker.kill()
+                    worker.wait()
+                    raise subprocess.TimeoutExpired(worker.args, timeout_s or 0.0)
+                try:
+                    return worker.wait(timeout=_POLL_S if left is None else min(_POLL_S, left))
+                except subprocess.TimeoutExpired:
+                    continue
             try:  # interrupted: the worker is recording its run KILLED
                 return worker.wait(timeout=self.grace_s)
             except subprocess.TimeoutExpired:
