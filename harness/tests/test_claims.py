@@ -25,9 +25,10 @@ from cadence_harness.reading.claims import (
 from cadence_harness.reading.noise_floor import NoiseFloor, identity_arms
 from cadence_harness.reading.summaries import Section, sections_of
 from cadence_harness.reading.tables import tradeoff_markdown
-from cadence_harness.records import TAG, RunRecord, budget_value
+from cadence_harness.records import RunRecord
 from cadence_harness.running.recipe import Recipe
 from cadence_harness.store_report import build_report
+from cadence_harness.testing import study_run
 
 STUDY = Recipe(
     name="claims",
@@ -187,24 +188,8 @@ def test_time_claims_within_the_timing_noise_floor_are_inconclusive(section: Sec
 def _run(
     arm: str, budget: str, max_duration: str, seed: int, accuracy: float, train_s: float, device: str = "cpu"
 ) -> RunRecord:
-    tags = {
-        "arm": arm,
-        "seed": str(seed),
-        "budget": budget,
-        "family_hash": "family",
-        "config_hash": f"{arm}-{budget}-s{seed}",
-        "group_hash": f"{arm}-{budget}",
-        "baseline_hash": f"baseline-{budget}",
-        "curve_hash": f"curve-{arm}",
-        "baseline_curve_hash": "curve-baseline",
-    }
-    flops = budget_value(max_duration) * 1e12
-    return RunRecord(
-        run_id=f"{arm}-{budget}-s{seed}",
-        experiment="study",
-        tags={f"{TAG}{key}": value for key, value in tags.items()},
-        params={"duration": budget, "max_duration": max_duration, "device": device},
-        metrics={"final/accuracy": accuracy, "final/flops": flops, "final/train_s": train_s},
+    return study_run(
+        arm, budget, seed, accuracy=accuracy, train_s=train_s, length=max_duration, params={"device": device}
     )
 
 

@@ -14,8 +14,9 @@ from cadence_harness.reading.claims import INCONCLUSIVE, judge, parse_claims
 from cadence_harness.reading.combination_search import greedy_search
 from cadence_harness.reading.noise_floor import identity_arms
 from cadence_harness.reading.summaries import sections_of
-from cadence_harness.records import TAG, RunRecord, budget_value, same_machine
+from cadence_harness.records import RunRecord, same_machine
 from cadence_harness.running.provenance import cpu_name, environment
+from cadence_harness.testing import study_run
 
 OLD, NEW = "AMD EPYC", "AMD EPYC (family 26, model 2)"
 
@@ -23,30 +24,8 @@ OLD, NEW = "AMD EPYC", "AMD EPYC (family 26, model 2)"
 def _run(
     arm: str, budget: str, seed: int, accuracy: float, train_s: float, machine: str, length: str = ""
 ) -> RunRecord:
-    length = length or budget
-    tags = {
-        "arm": arm,
-        "seed": str(seed),
-        "budget": budget,
-        "family_hash": "family",
-        "config_hash": f"{arm}-{budget}-s{seed}",
-        "group_hash": f"{arm}-{budget}",
-        "baseline_hash": f"baseline-{budget}",
-        "curve_hash": f"curve-{arm}",
-        "baseline_curve_hash": "curve-baseline",
-    }
-    return RunRecord(
-        run_id=f"{arm}-{budget}-s{seed}",
-        experiment="study",
-        tags={f"{TAG}{key}": value for key, value in tags.items()},
-        params={"duration": budget, "max_duration": length, "device": "cpu", "device_name": machine},
-        metrics={
-            "final/accuracy": accuracy,
-            "final/flops": budget_value(length) * 1e12,
-            "final/train_s": train_s,
-            "final/cpu_s": 2 * train_s,
-        },
-    )
+    params, cpu = {"device_name": machine}, {"final/cpu_s": 2 * train_s}
+    return study_run(arm, budget, seed, accuracy=accuracy, train_s=train_s, length=length, params=params, metrics=cpu)
 
 
 def _curve(arm: str, points: list[tuple[str, float, float]], machine: str) -> list[RunRecord]:

@@ -5,30 +5,16 @@ from __future__ import annotations
 
 from cadence_harness.reading.regime import regime
 from cadence_harness.reading.summaries import sections_of
-from cadence_harness.records import TAG, RunRecord
+from cadence_harness.records import RunRecord
+from cadence_harness.testing import study_run
 
 
 def _run(budget: str, seed: int, accuracy: float, steps: int, subset: str = "5000") -> RunRecord:
-    tags = {
-        "arm": "baseline",
-        "seed": str(seed),
-        "budget": budget,
-        "config_hash": f"{budget}-s{seed}",
-        "group_hash": f"baseline-{budget}",
-        "baseline_hash": f"baseline-{budget}",
-        "curve_hash": "curve",
-        "baseline_curve_hash": "curve",
-        "family_hash": "family",
-    }
-    params = {"model": "tv/resnet20", "data": "cifar10", "subset": subset, "duration": budget, "max_duration": budget}
-    return RunRecord(
-        run_id=f"{budget}-s{seed}",
-        experiment="study",
-        tags={f"{TAG}{key}": value for key, value in tags.items()},
-        params=params,
-        metrics={"final/accuracy": accuracy, "final/flops": 1e12 * steps, "final/train_s": float(steps)},
-        evals=[{"step": steps, "accuracy": accuracy}],
-    )
+    params = {"model": "tv/resnet20", "data": "cifar10", "subset": subset}
+    return study_run(
+        "baseline", budget, seed, accuracy=accuracy, train_s=float(steps), params=params,
+        metrics={"final/flops": 1e12 * steps}, evals=[{"step": steps, "accuracy": accuracy}],
+    )  # fmt: skip
 
 
 def test_the_regime_names_the_run_and_the_usual_figure_and_says_when_it_is_far() -> None:

@@ -24,7 +24,8 @@ from cadence_harness.reading.tradeoff import (
     pareto_points,
     verdict,
 )
-from cadence_harness.records import TAG, RunRecord, budget_value
+from cadence_harness.records import RunRecord, budget_value
+from cadence_harness.testing import study_run
 
 BUDGETS = ["1ep", "2ep", "4ep", "8ep"]
 
@@ -195,15 +196,7 @@ def test_the_cyclic_curve_is_checked_against_the_sweep() -> None:
 
 
 def _record(arm: str, budget: str, seed: int, accuracy: float) -> RunRecord:
-    cost = budget_value(budget)
-    tags = {"arm": arm, "seed": str(seed), "budget": budget, "curve_hash": f"curve-{arm}"}
-    return RunRecord(
-        run_id=f"{arm}-{budget}-s{seed}",
-        experiment="study",
-        tags={f"{TAG}{key}": value for key, value in {**tags, "baseline_curve_hash": "curve-baseline"}.items()},
-        params={"duration": budget},
-        metrics={"final/accuracy": accuracy, "final/flops": cost * 1e12, "final/train_s": cost * 10},
-    )
+    return study_run(arm, budget, seed, accuracy=accuracy, train_s=budget_value(budget) * 10)
 
 
 def test_a_grid_still_running_its_longest_budget_keeps_its_finished_budgets_with_every_seed() -> None:
