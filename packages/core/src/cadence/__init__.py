@@ -9,6 +9,7 @@ from cadence._snapshot import CheckpointMismatchError
 from cadence.algorithm import Algorithm, Effects, NotApplicableError, Resource
 from cadence.callback import Callback
 from cadence.checkpoint import CheckpointError
+from cadence.distributed import exit_without_finalization
 from cadence.engine import Engine, MethodConflictError, MethodError
 from cadence.event import Event
 from cadence.loggers import ConsoleLogger, InMemoryLogger, Logger, LoggerDestination
@@ -54,6 +55,7 @@ __all__ = [
     "Timestamp",
     "Trainer",
     "ensure_time",
+    "exit_without_finalization",
     "seed_all",
     "soft_cross_entropy",
 ]

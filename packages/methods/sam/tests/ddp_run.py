@@ -15,8 +15,7 @@ import torch
 from cadence_sam import SAM
 from torch.utils.data import DataLoader, TensorDataset
 
-from cadence import Callback, Event, State, Trainer
-from cadence.distributed import exit_without_finalization
+from cadence import Callback, Event, State, Trainer, exit_without_finalization
 from cadence.testing import mlp_classifier
 
 

@@ -16,8 +16,7 @@ from cadence_stochastic_depth import StochasticDepth, is_stochastic
 from torch.utils.data import DataLoader, TensorDataset
 from torchvision.models.resnet import BasicBlock, ResNet
 
-from cadence import Classifier, Trainer
-from cadence.distributed import exit_without_finalization
+from cadence import Classifier, Trainer, exit_without_finalization
 
 
 class HiddenUnusedParameters(StochasticDepth):

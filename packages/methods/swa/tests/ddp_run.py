@@ -17,8 +17,7 @@ import torch
 from cadence_swa import SWA, training_batches
 from torch.optim.swa_utils import update_bn
 
-from cadence import Trainer
-from cadence.distributed import exit_without_finalization
+from cadence import Trainer, exit_without_finalization
 from cadence.testing import image_dataset, tiny_image_classifier
 
 
