@@ -81,6 +81,26 @@ def test_an_interrupted_worker_that_does_not_stop_is_killed_after_the_grace_also
     assert code == -signal.SIGKILL and time.monotonic() - started < 15
 
 
+PROBE = """
+import signal, subprocess, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts a script's background job
+from cadence_harness.running.runners import sigint_reaches_workers
+child = [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"]
+with sigint_reaches_workers():
+    inside = subprocess.run(child, capture_output=True, text=True, check=True).stdout.split()
+    deaf = signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+outside = subprocess.run(child, capture_output=True, text=True, check=True).stdout.split()
+print(inside, deaf, outside, signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+def test_a_grid_that_ignores_sigint_starts_its_workers_with_sigint_at_its_default() -> None:
+    """Ignored dispositions survive exec and Python keeps them: a worker started inside the block hears SIGINT
+    from its first instruction, while the grid stays deaf to it, and the grid's SIG_IGN comes back after."""
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["['True']", "True", "['False']", "True"], out
+
+
 def _python_with_sigint(disposition: str) -> list[str]:
     """`python -m cadence_harness` with SIGINT as a shell would start it, whatever pytest's own disposition (which
     children inherit when it is "ignored"): in a terminal's foreground SIGINT raises KeyboardInterrupt; in a

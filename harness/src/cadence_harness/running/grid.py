@@ -41,6 +41,7 @@ from cadence_harness.running.runners import (
     Interruption,
     run_one_in_process,
     run_one_in_subprocess,
+    sigint_reaches_workers,
     warm_up_process,
     worker_threads,
 )
@@ -257,7 +258,7 @@ def run_grid(
             bar.write(f"  FAILED   {spec.run_name} after {elapsed:.0f} s: {last}")
         bar.update(1)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    with sigint_reaches_workers(), ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(launch, s) for s in todo] if isolate else []
         try:
             with sigterm_raises():  # kill PID, a scheduler's stop: as Ctrl-C (in-process runs see it as theirs)

@@ -8,13 +8,14 @@ half the microbatch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "run_one_in_process",
     "run_one_in_subprocess",
     "run_worker",
+    "sigint_reaches_workers",
     "warm_up_process",
 ]
 
@@ -49,6 +51,30 @@ def worker_threads(jobs: int, device: str, environ: Mapping[str, str] = os.envir
     if jobs <= 1 or device == "gpu" or "OMP_NUM_THREADS" in environ:
         return None
     return max(1, (os.cpu_count() or 1) // jobs)
+
+
+@contextlib.contextmanager
+def sigint_reaches_workers() -> Iterator[None]:
+    """Within the block, workers started by a grid that itself ignores SIGINT still start with SIGINT at its
+    default, so the SIGINT with which the grid stops them (`Interruption`) is heard.
+
+    A grid started with SIGINT ignored (a script's background job: POSIX shells ignore it there) keeps ignoring
+    it, through a handler that does nothing instead of SIG_IGN: an ignored signal stays ignored across exec,
+    a handled one starts at its default in the new program. Python then installs its KeyboardInterrupt handler
+    in the worker, as in a terminal. Only the main thread can change a handler; elsewhere nothing changes."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, _still_ignored)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _still_ignored(signum: int, frame: Any) -> None:
+    """SIGINT for a grid that was started with it ignored: nothing happens (see `sigint_reaches_workers`)."""
 
 
 class Interruption:
