@@ -15,12 +15,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from cadence.termination import handled_within
 from cadence_harness.records import TAG
 from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.scale_out import launcher
@@ -53,8 +54,7 @@ def worker_threads(jobs: int, device: str, environ: Mapping[str, str] = os.envir
     return max(1, (os.cpu_count() or 1) // jobs)
 
 
-@contextlib.contextmanager
-def sigint_reaches_workers() -> Iterator[None]:
+def sigint_reaches_workers() -> contextlib.AbstractContextManager[None]:
     """Within the block, workers started by a grid that itself ignores SIGINT still start with SIGINT at its
     default, so the SIGINT with which the grid stops them (`Interruption`) is heard.
 
@@ -62,15 +62,7 @@ def sigint_reaches_workers() -> Iterator[None]:
     it, through a handler that does nothing instead of SIG_IGN: an ignored signal stays ignored across exec,
     a handled one starts at its default in the new program. Python then installs its KeyboardInterrupt handler
     in the worker, as in a terminal. Only the main thread can change a handler; elsewhere nothing changes."""
-    main = threading.current_thread() is threading.main_thread()
-    if not main or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        yield
-        return
-    signal.signal(signal.SIGINT, _still_ignored)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return handled_within(signal.SIGINT, _still_ignored, replacing=signal.SIG_IGN)
 
 
 def _still_ignored(signum: int, frame: Any) -> None:

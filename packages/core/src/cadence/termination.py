@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-__all__ = ["RunEnd", "RunTerminated", "sigterm_raises"]
+__all__ = ["RunEnd", "RunTerminated", "handled_within", "sigterm_raises"]
 
 
 class RunTerminated(SystemExit):
@@ -35,23 +35,27 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """Within the block, SIGTERM raises `RunTerminated` in the main thread.
-
-    Does nothing outside the main thread (Python delivers signals there only) or when the
-    program already handles SIGTERM itself: its own handler is left alone.
-    """
-    if threading.current_thread() is not threading.main_thread():
+def handled_within(signum: int, handler: Any, replacing: Any) -> Iterator[None]:
+    """Within the block, `handler` handles `signum`, if the main thread runs the block (Python delivers signals
+    there only) and `signum`'s handler now is `replacing`; after it, `replacing` again. Any other handler is
+    left alone: the program handles the signal itself."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signum) is not replacing:
         yield
         return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signum, replacing)
+
+
+def sigterm_raises() -> contextlib.AbstractContextManager[None]:
+    """Within the block, SIGTERM raises `RunTerminated` in the main thread.
+
+    Does nothing outside the main thread or when the program already handles SIGTERM itself: its own handler is
+    left alone.
+    """
+    return handled_within(signal.SIGTERM, _raise_terminated, replacing=signal.SIG_DFL)
 
 
 class RunEnd:
