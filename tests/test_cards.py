@@ -77,6 +77,15 @@ def test_front_matter_matches_the_algorithm(path: Path) -> None:
     known = {r.value for r in Resource}
     for key in ("reads", "writes"):
         assert set(meta["touches"][key]) <= known, f"unknown resources in touches.{key}"
+    try:
+        effects = algorithm().effects()  # the defaults' effects: the card lists everything the method may touch
+    except TypeError:  # required arguments
+        effects = None
+    if effects is not None:
+        listed = {"reads": set(meta["touches"]["reads"]), "writes": {*meta["touches"]["writes"], *meta["exclusive"]}}
+        for key, names in listed.items():  # what a method owns alone it also writes
+            missing = {r.value for r in getattr(effects, key)} - names
+            assert not missing, f"{path.parent.name}: effects().{key} has {sorted(missing)}, touches.{key} does not"
     for name in meta["functional"]:
         assert hasattr(info.module, name), f"card lists functional {name!r}, which {info.module.__name__} lacks"
 

@@ -14,7 +14,7 @@ from cadence.time import Time
 from cadence_harness.running import grid as grid_module
 from cadence_harness.running.budgets import CyclicScheduler, build_schedulers
 from cadence_harness.running.grid import run_grid, select_shard
-from cadence_harness.running.plan import expand
+from cadence_harness.running.plan import expand, swept_instead
 from cadence_harness.running.recipe import RECIPES_DIR, Recipe, RecipeError, load_recipe
 from cadence_harness.running.recipe_checks import SCHEDULES
 
@@ -135,15 +135,38 @@ def test_a_sweep_expands_seed_by_seed_budget_by_budget_arm_by_arm_in_alternating
 
 def test_a_cyclic_curve_is_one_run_per_arm_and_seed_plus_the_baseline_sweep(tiny_recipe: Any) -> None:
     recipe = tiny_recipe(**SWEEP, curve="cyclic", seeds=[0, 1])
-    recipe = Recipe.from_dict({**recipe.to_dict(), "methods": {"m": {}}, "grid": {"arms": ["baseline", "each"]}})
+    recipe = Recipe.from_dict({**recipe.to_dict(), "methods": {"blurpool": {}}, "grid": {"arms": ["baseline", "each"]}})
     names = [s.run_name for s in expand(recipe)]
     assert names == [
-        *["baseline-cyclic-s0", "m-cyclic-s0", "baseline-2ba-s0", "baseline-4ba-s0", "baseline-8ba-s0"],
-        *["baseline-cyclic-s1", "m-cyclic-s1", "baseline-2ba-s1", "baseline-4ba-s1", "baseline-8ba-s1"],
+        *["baseline-cyclic-s0", "blurpool-cyclic-s0", "baseline-2ba-s0", "baseline-4ba-s0", "baseline-8ba-s0"],
+        *["baseline-cyclic-s1", "blurpool-cyclic-s1", "baseline-2ba-s1", "baseline-4ba-s1", "baseline-8ba-s1"],
     ]
     cyclic = expand(recipe)[0]
     assert cyclic.cycles == ("2ba", "4ba", "8ba") and cyclic.recipe.duration == "8ba"
     assert cyclic.family_hash == expand(recipe)[2].family_hash != cyclic.curve_hash
+    assert swept_instead(recipe) is None
+
+
+def test_an_arm_that_follows_the_runs_length_runs_its_sweep_in_a_cyclic_grid(tiny_recipe: Any) -> None:
+    """Progressive resizing picks its sizes by the elapsed fraction of the run: in one cyclic run, the early
+    cycles would train at the small sizes only, unlike its runs of those budgets. So it runs the sweep, with
+    any arm it is part of, and the grid says why; ColOut's cyclic run stands for its budgets."""
+    recipe = tiny_recipe(**SWEEP, curve="cyclic")
+    methods = {"progressive_resizing": {}, "colout": {}}
+    grid = {"arms": ["baseline", "each"], "combinations": [["colout", "progressive_resizing"]]}
+    recipe = Recipe.from_dict({**recipe.to_dict(), "methods": methods, "grid": grid})
+    labels = {arm: [s.label for s in expand(recipe) if s.arm_name == arm] for arm in ("colout", "baseline")}
+    assert labels == {"colout": ["cyclic"], "baseline": ["cyclic", "2ba", "4ba", "8ba"]}
+    for arm in ("progressive_resizing", "colout+progressive_resizing"):
+        assert [s.label for s in expand(recipe) if s.arm_name == arm] == ["2ba", "4ba", "8ba"], arm
+    assert swept_instead(recipe) == (
+        "progressive_resizing, colout+progressive_resizing run their sweep (2ba, 4ba, 8ba), not one cyclic run: "
+        "progressive_resizing follows the elapsed fraction of the run, which no cycle of a cyclic run restarts"
+    )
+    sweep = Recipe.from_dict({**recipe.to_dict(), "curve": "sweep"})
+    swept = {s.config_hash for s in expand(recipe) if s.arm_name == "progressive_resizing"}
+    assert swept == {s.config_hash for s in expand(sweep) if s.arm_name == "progressive_resizing"}  # the same runs
+    assert swept_instead(sweep) is None
 
 
 def test_a_grid_runs_in_the_order_expand_gives(

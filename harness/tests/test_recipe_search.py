@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cadence_harness.reading.combination_search import greedy_search
+from cadence_harness.reading.combination_search import greedy_search, registry_conflict, run_length_methods
 from cadence_harness.reading.noise_floor import NoiseFloor
 from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.target_speedup import speedup_at_baseline_best
@@ -175,6 +175,46 @@ def test_without_the_baselines_cyclic_curve_candidates_are_screened_by_the_sweep
     cyclic_screen = _curve("a+b", [0.65, 0.75, 0.80], seeds=(0,), cyclic=True)  # nothing to read it against
     search = greedy_search(_section(*singles, cyclic_screen), "flops")
     assert search.screen == "sweep" and search.to_run == ["a+b"] and "--curve" not in search.command()
+
+
+def test_a_candidate_that_follows_the_runs_length_is_screened_by_its_sweep_not_a_cyclic_run() -> None:
+    """Progressive resizing picks its sizes by the elapsed fraction of the run, so the early cycles of a cyclic
+    run never see its runs of those budgets: a recorded cyclic screen of it is set aside (this one would have
+    led), the grid is asked for its sweep on seed 0, and that sweep is then read like any other screen."""
+    singles = (_curve("blurpool", [0.60, 0.70, 0.75]), _curve("progressive_resizing", [0.55, 0.65, 0.75]))
+    cyclic_base = _curve("baseline", [0.55, 0.65, 0.75], cyclic=True)
+    misleading = _curve("blurpool+progressive_resizing", [0.75, 0.80, 0.85], seeds=(0,), cyclic=True)
+    search = greedy_search(_section(*singles, cyclic_base, misleading), "flops", run_length=run_length_methods)
+    assert search.to_run == ["blurpool+progressive_resizing"] and search.rounds[0].confirming is None
+    assert search.set_aside == ["blurpool+progressive_resizing"]
+    assert search.by_run_length == {"blurpool+progressive_resizing": ["progressive_resizing"]}
+    assert search.curve == "sweep" and "--curve" not in search.command()
+    assert "on seed 0 (screening), by the sweep (progressive_resizing follows the elapsed fraction" in search.markdown()
+    screened = _curve("blurpool+progressive_resizing", [0.70, 0.75, 0.80], seeds=(0,))  # its sweep on seed 0
+    search = greedy_search(
+        _section(*singles, cyclic_base, misleading, screened), "flops", run_length=run_length_methods
+    )
+    assert search.rounds[0].confirming == "blurpool+progressive_resizing" and search.confirming
+    assert "Cyclic screens set aside: blurpool+progressive_resizing (progressive_resizing follows" in search.markdown()
+    mixed = greedy_search(
+        _section(*singles, _curve("colout", [0.55, 0.65, 0.75]), cyclic_base), "flops", run_length=run_length_methods
+    )
+    assert set(mixed.to_run) == {"blurpool+progressive_resizing", "blurpool+colout"} and mixed.curve == "cyclic"
+    assert "one cyclic run each (blurpool+progressive_resizing: the sweep, progressive_resizing follows" in (
+        mixed.markdown()
+    )
+
+
+def test_the_installed_methods_say_which_follow_the_runs_length_and_which_cannot_run_together() -> None:
+    """Read from the installed classes by arm name, a variant (``name@label``) as its method."""
+    assert run_length_methods("blurpool+progressive_resizing@mild+layer_freezing") == [
+        "progressive_resizing",
+        "layer_freezing",
+    ]
+    assert run_length_methods("blurpool+colout+ema+not_installed") == []
+    assert "EMA and SWA cannot be used together" in (registry_conflict(("ema", "swa")) or "")
+    assert "only one method may own the optimizer" in (registry_conflict(("sam", "sam@claimed")) or "")
+    assert registry_conflict(("blurpool", "mixup@claimed")) is None
 
 
 def test_methods_that_cannot_run_together_are_not_candidates() -> None:

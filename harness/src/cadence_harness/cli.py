@@ -23,7 +23,7 @@ from cadence_harness.running.bridge import export_runs
 from cadence_harness.running.budgets import leaf_recipes
 from cadence_harness.running.data import REPO_ROOT, check_data_dir
 from cadence_harness.running.grid import check_arms, parse_shard, run_grid, select_shard
-from cadence_harness.running.plan import expand
+from cadence_harness.running.plan import expand, swept_instead
 from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value
 from cadence_harness.running.recipe_checks import DATASETS
 from cadence_harness.running.runspec import RunSpec
@@ -155,6 +155,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
         return _search(args)
     recipe = _grid_recipe(args)
     shard = parse_shard(args.shard)
+    if note := swept_instead(recipe):
+        print(f"cadence-bench grid: {note}", file=sys.stderr)
     if args.dry_run or args.estimate:
         specs = select_shard(expand(recipe), *shard)
         for spec in specs:

@@ -19,7 +19,11 @@ one is confirmed in turn; a recipe is only ever judged on every seed, with its i
 Where the study holds its baseline's cyclic curve (one run per seed whose learning rate decays fully at every
 budget, Portes et al. 2022), a candidate is screened by one cyclic run on seed 0: a whole curve for the cost of
 its longest budget alone. Read against the baseline's cyclic curve of the same seed, it only ranks candidates:
-the leader is confirmed by the sweep on every seed. A candidate with a sweep is read from its sweep.
+the leader is confirmed by the sweep on every seed. A candidate with a sweep is read from its sweep. A candidate
+with a method whose behaviour follows the elapsed fraction of the run (progressive resizing, layer freezing, ...;
+`run_length_methods`) is screened by its sweep on seed 0 (the grid runs its sweep where a cyclic curve is asked
+for), and a cyclic run of it already recorded is set aside: its cycles did not see that method as runs of their
+length would.
 
 A round whose runs are missing stops the search there and names them, with the ``cadence-bench grid`` command
 that runs them. Nothing is extrapolated: a curve that never reaches the target gives only a bound, and such a
@@ -36,7 +40,7 @@ from cadence_harness.reading.mild import mild_curve
 from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.target_speedup import QUALIFYING_SPEEDUP, TargetSpeedup, speedup_at_baseline_best
 from cadence_harness.reading.tradeoff import COSTS, TIMED, Curve, other_machine
-from cadence_harness.records import budget_value
+from cadence_harness.records import arm_methods, budget_value
 
 __all__ = [
     "SEARCH_UNITS",
@@ -45,6 +49,7 @@ __all__ = [
     "greedy_search",
     "grid_command",
     "registry_conflict",
+    "run_length_methods",
     "section_searches",
 ]
 
@@ -80,11 +85,17 @@ class Search:
     confirming: bool = False  # `to_run` is a leader to run on every seed, not candidates to screen
     screen: str = "sweep"  # how candidates are screened: "cyclic" where the baseline has a cyclic curve
     elsewhere: set[str] = field(default_factory=set)  # in a time: arms run on another machine than their baseline
+    # arm -> its methods that follow the run's length, so that no cyclic run screens it (`run_length_methods`)
+    by_run_length: dict[str, list[str]] = field(default_factory=dict)
+    set_aside: list[str] = field(default_factory=list)  # recorded cyclic screens of such arms, not read
 
     @property
     def curve(self) -> str:
-        """How `to_run` runs: a sweep to confirm a leader, else as candidates are screened."""
-        return "sweep" if self.confirming else self.screen
+        """How `to_run` runs: a sweep to confirm a leader or to screen only candidates that follow the run's
+        length, else as candidates are screened."""
+        if self.confirming or all(arm in self.by_run_length for arm in self.to_run):
+            return "sweep"
+        return self.screen
 
     def command(self) -> str:
         seeds = self.seeds if self.confirming else 1
@@ -118,9 +129,18 @@ class Search:
             ]
         if self.to_run:
             what = f"on all {self.seeds} seeds" if self.confirming else "on seed 0 (screening)"
-            what += ", one cyclic run each" if self.curve == "cyclic" else ""
+            swept = [arm for arm in self.to_run if arm in self.by_run_length and not self.confirming]
+            if self.curve == "cyclic":
+                what += ", one cyclic run each" + (
+                    f" ({', '.join(swept)}: the sweep, {self._why_swept(swept)})" if swept else ""
+                )
+            elif swept:
+                what += f", by the sweep ({self._why_swept(swept)})"
             lines += ["", f"The search continues once these run {what}: `{self.command()}`."]
             lines[-1] += f" `cadence-bench grid {self.study} --search` runs this round and the ones after it."
+        if self.set_aside:
+            why = self._why_swept(self.set_aside)
+            lines += ["", f"Cyclic screens set aside: {', '.join(sorted(self.set_aside))} ({why})."]
         if self.longer:
             lines += ["", self._longer_markdown()]
         mild = f"`{self.mild[0]}`, {self._shown(*self.mild)}" if self.mild else "not run here"
@@ -144,6 +164,11 @@ class Search:
         if self.speedup is not None and self.speedup.estimate is None:
             lines[-1] += " Its curve does not reach the baseline's best accuracy: only a bound is known."
         return "\n".join(lines)
+
+    def _why_swept(self, arms: Sequence[str]) -> str:
+        methods = sorted({m for arm in arms for m in self.by_run_length.get(arm, [])})
+        verb = "follows" if len(methods) == 1 else "follow"
+        return f"{', '.join(methods)} {verb} the elapsed fraction of the run, which no cycle of a cyclic run restarts"
 
     def _shown(self, arm: str, speedup: TargetSpeedup | None, missing: str = "—") -> str:
         return speedup.format() if speedup else ELSEWHERE if arm in self.elsewhere else missing
@@ -204,13 +229,14 @@ def grid_command(study: str, combinations: Sequence[str], seeds: int, curve: str
 
 
 def registry_conflict(methods: tuple[str, ...]) -> str | None:
-    """Why the installed methods `methods` (with their default arguments) cannot run together, or None."""
+    """Why the installed methods `methods` (with their default arguments; a variant ``name@label`` as its
+    method) cannot run together, or None."""
     from cadence import MethodConflictError
     from cadence.engine import check_composition
     from cadence.registry import registry
 
     try:
-        check_composition([registry().algorithms[name]() for name in methods])
+        check_composition([registry().method(name).algorithm() for name in arm_methods("+".join(methods))])
     except MethodConflictError as error:
         return str(error)
     except (KeyError, TypeError, ValueError):  # not installed here, or not constructible without arguments
@@ -241,9 +267,13 @@ def _rank(speedup: TargetSpeedup | None) -> tuple[int, float, float]:
 
 
 def greedy_search(
-    section: Section, unit: str = "train_s", conflict: Callable[[tuple[str, ...]], str | None] | None = None
+    section: Section,
+    unit: str = "train_s",
+    conflict: Callable[[tuple[str, ...]], str | None] | None = None,
+    run_length: Callable[[str], list[str]] | None = None,
 ) -> Search:
-    """The greedy search over `section`'s curves; `conflict(methods)` names why methods cannot run together."""
+    """The greedy search over `section`'s curves; `conflict(methods)` names why methods cannot run together,
+    `run_length(arm)` the arm's methods that follow the elapsed fraction of the run (no cyclic run screens them)."""
     search = Search(section.experiment, unit)
     base = section.sweep_curve("baseline")
     if base is None:
@@ -257,6 +287,11 @@ def greedy_search(
     cyclic_base = section.cyclic_curve("baseline")
     screens = _by_methods(section.curves, cyclic=True) if cyclic_base is not None else {}
     search.screen = "cyclic" if cyclic_base is not None else "sweep"
+    for methods, screen in list(screens.items()):
+        if run_length is not None and (follows := run_length(screen.arm)):
+            search.by_run_length[screen.arm] = follows
+            search.set_aside.append(screen.arm)
+            del screens[methods]
     if unit in TIMED:
         search.elsewhere = {c.arm for c in section.curves if other_machine(c, (c.cyclic and cyclic_base) or base)}
     eligible: list[tuple[str, TargetSpeedup | None]] = []
@@ -289,6 +324,8 @@ def greedy_search(
             arm = curve.arm if curve else "+".join((*search.recipe, method))  # a screened arm keeps its spelling
             if curve is None:
                 missing.append(arm)
+                if run_length is not None and cyclic_base is not None and (follows := run_length(arm)):
+                    search.by_run_length[arm] = follows  # the grid runs its sweep, on seed 0
             round_.tried.append((arm, speedup_at_baseline_best(curve, against, unit) if curve and against else None))
         if missing:
             search.to_run = missing
@@ -304,9 +341,27 @@ def greedy_search(
         search.fresh = speedup_at_baseline_best(curves[frozenset(search.recipe)], base, unit, skip_seed=SCREEN_SEED)
 
 
+def run_length_methods(arm: str) -> list[str]:
+    """The methods of `arm` whose behaviour follows the elapsed fraction of the run: their installed class, with
+    its default arguments, reads `Resource.DURATION` (a method not installed here counts as not following it)."""
+    from cadence import Resource
+    from cadence.registry import registry
+
+    found = []
+    for name in arm_methods(arm):
+        try:
+            algorithm = registry().method(name).algorithm()
+        except (KeyError, TypeError, ValueError):  # not installed here, or not constructible without arguments
+            continue
+        if Resource.DURATION in algorithm.effects().reads:
+            found.append(name)
+    return found
+
+
 def section_searches(section: Section) -> list[Search]:
-    """The search over `section` in each of `SEARCH_UNITS`, methods that cannot run together kept apart."""
-    return [greedy_search(section, unit, registry_conflict) for unit in SEARCH_UNITS]
+    """The search over `section` in each of `SEARCH_UNITS`, methods that cannot run together kept apart and
+    candidates that follow the run's length screened by their sweep."""
+    return [greedy_search(section, unit, registry_conflict, run_length_methods) for unit in SEARCH_UNITS]
 
 
 def search_markdown(section: Section) -> str:

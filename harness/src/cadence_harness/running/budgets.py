@@ -15,8 +15,10 @@ cycle's end is one point of the curve. The warm-up (a fraction of the run) happe
 cycle only, so the first cycle is exactly the shortest budget's run; later cycles restart at the
 peak rate. The baseline also runs the sweep, so the report can say how far the cyclic curve is
 from the standard one. Methods whose behaviour follows the elapsed fraction of training
-(progressive resizing, selective backprop, layer freezing) see the whole cyclic run, not each
-cycle, so their cyclic curves differ from their sweeps by construction: use the sweep for them.
+(progressive resizing, selective backprop, layer freezing, SWA, ...: those whose ``effects()`` read
+`Resource.DURATION`) would see the whole cyclic run, not each cycle: progressive resizing with a delay
+of half the run would train the 2, 4 and 8 epoch cycles on small images only. An arm with one of them
+therefore runs its sweep, also when the recipe asks for a cyclic curve (`follows_run_length`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from cadence.algorithm import Resource
 from cadence.callback import Callback
 from cadence.event import Event
 from cadence.intervals import parse_interval
@@ -43,6 +46,7 @@ __all__ = [
     "CyclicScheduler",
     "build_schedulers",
     "cycles_of",
+    "follows_run_length",
     "leaf_recipes",
 ]
 
@@ -55,18 +59,25 @@ def leaf_recipes(recipe: Recipe, arm: tuple[str, ...]) -> list[tuple[str, Recipe
 
     One per budget for a sweep (labelled with the budget); for a cyclic curve one run up to the
     longest budget with ``schedule.cycles`` (labelled ``cyclic``), plus the sweep when the arm is the
-    baseline (to check the cyclic curve against). A recipe of one budget is its own run (label ``""``).
+    baseline (to check the cyclic curve against), and only the sweep when one of the arm's methods
+    follows the run's length (`follows_run_length`). A recipe of one budget is its own run (label ``""``).
     """
     if not recipe.durations:
         return [("", recipe)]
     leaves = []
-    if recipe.curve == "cyclic":
+    if recipe.curve == "cyclic" and not follows_run_length(recipe, arm):
         schedule = {**recipe.schedule, "cycles": list(recipe.durations)}
         leaves.append(("cyclic", _leaf(recipe, recipe.durations[-1], schedule)))
         if arm:
             return leaves
     leaves += [(duration, _leaf(recipe, duration, dict(recipe.schedule))) for duration in recipe.durations]
     return leaves
+
+
+def follows_run_length(recipe: Recipe, arm: Sequence[str]) -> list[str]:
+    """The methods of `arm` whose behaviour follows the elapsed fraction of the run (their ``effects()`` read
+    `Resource.DURATION`, with the recipe's arguments): one cyclic run cannot stand for their shorter budgets."""
+    return [name for name in arm if Resource.DURATION in recipe.algorithm(name).effects().reads]
 
 
 def _leaf(recipe: Recipe, duration: str, schedule: dict[str, Any]) -> Recipe:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import itertools
 
-from cadence_harness.running.budgets import leaf_recipes
+from cadence_harness.running.budgets import follows_run_length, leaf_recipes
 from cadence_harness.running.recipe import Recipe
 from cadence_harness.running.runspec import RunSpec
 
-__all__ = ["expand"]
+__all__ = ["expand", "swept_instead"]
 
 
 def _arms(recipe: Recipe) -> list[tuple[str, ...]]:
@@ -42,7 +42,8 @@ def expand(recipe: Recipe) -> list[RunSpec]:
     seed at a budget) to the next, forwards then backwards: a drift that starts inside a block (a
     machine getting slower over minutes) then favours the arms late in a block once and early in the
     next, instead of always the same arms against the baseline, which heads every other block. For a
-    cyclic curve: every arm's cyclic run, then the baseline's sweep, seed by seed.
+    cyclic curve: every arm's cyclic run, then the baseline's sweep, seed by seed (and the sweep of each
+    arm in `swept_instead`).
     """
     arms = _arms(recipe)
     leaves = {arm: leaf_recipes(recipe, arm) for arm in arms}
@@ -54,3 +55,20 @@ def expand(recipe: Recipe) -> list[RunSpec]:
         for arm in (arms if block % 2 == 0 else arms[::-1])
         if step < len(leaves[arm])
     ]
+
+
+def swept_instead(recipe: Recipe) -> str | None:
+    """What a cyclic grid runs as sweeps and why, in words, or None: the arms with a method that follows the
+    elapsed fraction of the run (`cadence_harness.running.budgets.follows_run_length`)."""
+    if recipe.curve != "cyclic" or not recipe.durations:
+        return None
+    found = {"+".join(arm): follows_run_length(recipe, arm) for arm in _arms(recipe)}
+    found = {arm: methods for arm, methods in found.items() if methods}
+    if not found:
+        return None
+    methods = sorted({m for names in found.values() for m in names})
+    return (
+        f"{', '.join(found)} run their sweep ({', '.join(recipe.durations)}), not one cyclic run: "
+        f"{', '.join(methods)} follow{'s' if len(methods) == 1 else ''} the elapsed fraction of the run, which no "
+        "cycle of a cyclic run restarts"
+    )

@@ -58,6 +58,10 @@ class Resource(str, Enum):
     OPTIMIZER = "optimizer"
     SCHEDULE = "schedule"
     DATA = "data pipeline"
+    DURATION = "run length"
+    """Read by a method whose behaviour at a step follows the elapsed fraction of the run (``max_duration``):
+    progressive resizing's sizes, layer freezing's schedule. Such a method behaves differently in a run of
+    another length, so one cyclic run (Portes et al. 2022) cannot stand for its runs of shorter budgets."""
 
 
 @dataclass(frozen=True)

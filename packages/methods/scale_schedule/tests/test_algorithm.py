@@ -60,7 +60,7 @@ def test_declarations() -> None:
     algorithm = ScaleSchedule(0.5)
     state = State(model=mlp_classifier(4, 2), max_duration="8ep", dataloader_len=4)
     assert [e for e in Event if algorithm.match(e, state)] == [Event.INIT]
-    assert algorithm.effects().writes == {Resource.SCHEDULE}
+    assert algorithm.effects().writes == {Resource.SCHEDULE, Resource.DURATION}  # it rescales the run's length
     assert repr(algorithm) == "ScaleSchedule(ratio=0.5)" and ScaleSchedule().ratio == 1.0
     algorithm.apply(Event.INIT, state, None)
     assert (state.max_duration, state.scale_schedule_ratio) == (Time.from_timestring("4ep"), 0.5)

@@ -99,7 +99,9 @@ class EMA(Method):
 
     def effects(self) -> Effects:
         fix = "use one of them (EMA averages all along from ema_start, SWA samples a window late in training)"
-        return Effects(reads={Resource.WEIGHTS}, writes={Resource.WEIGHTS}, conflicts={"SWA": fix})
+        starts_by_fraction = self._start.unit is TimeUnit.DURATION and self._start.value > 0
+        reads = {Resource.WEIGHTS, Resource.DURATION} if starts_by_fraction else {Resource.WEIGHTS}
+        return Effects(reads=reads, writes={Resource.WEIGHTS}, conflicts={"SWA": fix})
 
 
 def check_ema_args(half_life: Any, smoothing: Any, ema_start: Any, update_interval: Any) -> tuple[float, Time, Time]:

@@ -56,4 +56,5 @@ class GyroDropout(SurgeryMethod, RandomMethod):
         )
 
     def effects(self) -> Effects:
-        return Effects(writes={Resource.MODEL})  # dropout layers own no parameters: optimizers are untouched
+        # dropout layers own no parameters (optimizers are untouched); the masks are spread over the run's epochs
+        return Effects(reads={Resource.DURATION}, writes={Resource.MODEL})

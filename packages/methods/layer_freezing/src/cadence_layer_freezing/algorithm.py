@@ -69,4 +69,5 @@ class LayerFreezing(Method):
         self.freeze_depth = int(state.get("freeze_depth", 0))
 
     def effects(self) -> Effects:
-        return Effects(writes={Resource.OPTIMIZER, Resource.GRADIENTS})
+        # it freezes by the elapsed fraction of the run
+        return Effects(reads={Resource.DURATION}, writes={Resource.OPTIMIZER, Resource.GRADIENTS})

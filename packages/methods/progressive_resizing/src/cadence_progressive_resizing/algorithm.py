@@ -95,7 +95,7 @@ class ProgressiveResizing(RandomMethod):
 
     def effects(self) -> Effects:
         touched = {Resource.INPUTS} | ({Resource.TARGETS} if self.resize_targets else set())
-        return Effects(reads=touched, writes=touched)
+        return Effects(reads=touched | {Resource.DURATION}, writes=touched)  # sizes follow the elapsed fraction
 
     def check_applicable(self, model: Any, batch: Any) -> None:
         require_tensor(self, batch, self.input_key, "images (N, C, H, W)", key_name="input_key", ndim=4)

@@ -34,4 +34,4 @@ class ScaleSchedule(Method):
         state.scale_schedule_ratio *= self.ratio
 
     def effects(self) -> Effects:
-        return Effects(reads={Resource.SCHEDULE}, writes={Resource.SCHEDULE})
+        return Effects(reads={Resource.SCHEDULE, Resource.DURATION}, writes={Resource.SCHEDULE, Resource.DURATION})

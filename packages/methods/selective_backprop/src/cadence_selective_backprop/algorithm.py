@@ -100,9 +100,8 @@ class SelectiveBackprop(RandomMethod):
             state.batch = take_samples(batch, kept, inputs.shape[0], (self.input_key, self.target_key))
 
     def effects(self) -> Effects:
-        return Effects(
-            reads={Resource.INPUTS, Resource.TARGETS, Resource.WEIGHTS}, writes={Resource.INPUTS, Resource.TARGETS}
-        )
+        touched = {Resource.INPUTS, Resource.TARGETS}  # its window: fractions of the run (the run's length)
+        return Effects(reads=touched | {Resource.WEIGHTS, Resource.DURATION}, writes=touched)
 
     def check_applicable(self, model: Any, batch: Any) -> None:
         check_per_sample_loss(model)

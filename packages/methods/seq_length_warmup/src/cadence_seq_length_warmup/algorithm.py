@@ -59,7 +59,8 @@ class SeqLengthWarmup(Method):
         logger.log_metrics({"seq_length_warmup/curr_seq_len": length, "seq_length_warmup/curr_bs": batch_size})
 
     def effects(self) -> Effects:
-        return Effects(reads={Resource.INPUTS, Resource.TARGETS}, writes={Resource.INPUTS, Resource.TARGETS})
+        touched = {Resource.INPUTS, Resource.TARGETS}
+        return Effects(reads=touched | {Resource.DURATION}, writes=touched)  # the length follows the run's progress
 
     def check_applicable(self, model: Any, batch: Any) -> None:
         try:  # the shortest length runs every check the batches must pass

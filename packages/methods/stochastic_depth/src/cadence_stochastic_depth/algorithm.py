@@ -74,4 +74,7 @@ class StochasticDepth(SurgeryMethod, RandomMethod):
         return apply_stochastic_depth(model, *args, generator=generator, strict=self.strict)
 
     def effects(self) -> Effects:
-        return Effects(writes={Resource.MODEL})  # the blocks keep their parameters: optimizers are untouched
+        warms_by_fraction = self._warmup.unit is TimeUnit.DURATION and self._warmup.value > 0
+        reads = {Resource.DURATION} if warms_by_fraction else set()
+        # the blocks keep their parameters: optimizers are untouched
+        return Effects(reads=reads, writes={Resource.MODEL})

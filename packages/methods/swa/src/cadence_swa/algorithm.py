@@ -137,7 +137,8 @@ class SWA(Method):
     def effects(self) -> Effects:
         fix = "use one of them (SWA averages a window late in training, EMA averages all along from ema_start)"
         writes = {Resource.WEIGHTS, Resource.SCHEDULE} if self.schedule_swa_lr else {Resource.WEIGHTS}
-        return Effects(reads={Resource.WEIGHTS, Resource.DATA}, writes=writes, conflicts={"EMA": fix})
+        reads = {Resource.WEIGHTS, Resource.DATA, Resource.DURATION}  # its window, and its finish at the run's end
+        return Effects(reads=reads, writes=writes, conflicts={"EMA": fix})
 
 
 _EVENT_OF = {TimeUnit.BATCH: Event.BATCH_END, TimeUnit.EPOCH: Event.EPOCH_END}
