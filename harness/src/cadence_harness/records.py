@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,7 @@ __all__ = [
     "latest_per_config",
     "read_records",
     "records_file",
+    "run_length_reason",
     "same_machine",
 ]
 
@@ -235,6 +236,13 @@ def same_machine(runs: Iterable[RunRecord]) -> str | None:
     a host-bound GPU run depends on its host). FLOPs and accuracy compare across machines; times do not."""
     names = {" on ".join(filter(None, (run.params.get("device_name", ""), run.params.get("host_cpu")))) for run in runs}
     return names.pop() if len(names) == 1 else None
+
+
+def run_length_reason(methods: Sequence[str]) -> str:
+    """Why `methods` get no cyclic run, in words: the grid that runs their sweep and the search that sets their
+    cyclic screens aside say it alike."""
+    verb = "follows" if len(methods) == 1 else "follow"
+    return f"{', '.join(methods)} {verb} the elapsed fraction of the run, which no cycle of a cyclic run restarts"
 
 
 def arm_methods(arm: str) -> list[str]:

@@ -40,7 +40,7 @@ from cadence_harness.reading.mild import mild_curve
 from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.target_speedup import QUALIFYING_SPEEDUP, TargetSpeedup, speedup_at_baseline_best
 from cadence_harness.reading.tradeoff import COSTS, TIMED, Curve, other_machine
-from cadence_harness.records import arm_methods, budget_value
+from cadence_harness.records import arm_methods, budget_value, run_length_reason
 
 __all__ = [
     "SEARCH_UNITS",
@@ -166,9 +166,7 @@ class Search:
         return "\n".join(lines)
 
     def _why_swept(self, arms: Sequence[str]) -> str:
-        methods = sorted({m for arm in arms for m in self.by_run_length.get(arm, [])})
-        verb = "follows" if len(methods) == 1 else "follow"
-        return f"{', '.join(methods)} {verb} the elapsed fraction of the run, which no cycle of a cyclic run restarts"
+        return run_length_reason(sorted({m for arm in arms for m in self.by_run_length.get(arm, [])}))
 
     def _shown(self, arm: str, speedup: TargetSpeedup | None, missing: str = "—") -> str:
         return speedup.format() if speedup else ELSEWHERE if arm in self.elsewhere else missing

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+from cadence_harness.records import run_length_reason
 from cadence_harness.running.budgets import follows_run_length, leaf_recipes
 from cadence_harness.running.recipe import Recipe
 from cadence_harness.running.runspec import RunSpec
@@ -67,8 +68,6 @@ def swept_instead(recipe: Recipe) -> str | None:
     if not found:
         return None
     methods = sorted({m for names in found.values() for m in names})
-    return (
-        f"{', '.join(found)} run their sweep ({', '.join(recipe.durations)}), not one cyclic run: "
-        f"{', '.join(methods)} follow{'s' if len(methods) == 1 else ''} the elapsed fraction of the run, which no "
-        "cycle of a cyclic run restarts"
+    return f"{', '.join(found)} run their sweep ({', '.join(recipe.durations)}), not one cyclic run: " + (
+        run_length_reason(methods)
     )
