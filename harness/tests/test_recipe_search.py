@@ -58,8 +58,17 @@ def test_the_speedup_at_the_baseline_best_is_its_cost_over_the_arms_cost_to_reac
 
 def test_a_curve_that_never_reaches_the_target_gives_only_a_bound() -> None:
     slower = speedup_at_baseline_best(_curve("c", [0.50, 0.55, 0.60]), _curve("baseline", BASE), "flops")
-    assert slower is not None and slower.value is None and slower.high == pytest.approx(1.0)
-    assert "does not reach 70.0%" in slower.format() and not slower.qualifies()
+    assert slower is not None and slower.value is None and slower.bound == pytest.approx(1.0)
+    assert slower.format() == "does not reach 70.0% (< 1.00x)" and not slower.qualifies()
+
+
+def test_the_bound_of_a_curve_that_never_reaches_the_target_is_read_off_the_mean_curves() -> None:
+    """On two seeds the t-interval's upper end is 12.7 standard errors out; the bound shown ("< 2.00x") is what
+    the mean curve at its longest run spent against what the baseline needs, whatever the seeds' spread."""
+    half = _curve("h", [0.55, 0.62, 0.66], costs=[0.5, 1.0, 2.0], jitter=0.02, seeds=(1, 2))
+    short = speedup_at_baseline_best(half, _curve("baseline", BASE), "flops")
+    assert short is not None and short.n == 2 and short.bound == pytest.approx(2.0)
+    assert short.format() == "does not reach 70.0% (< 2.00x)"
 
 
 def test_seed_noise_widens_the_interval() -> None:
@@ -237,12 +246,13 @@ def test_a_candidate_that_never_reaches_the_target_is_not_chosen_even_with_a_hig
     the singles within noise (eligible) although their means stay below the baseline's best."""
     short = _curve("a", [0.58, 0.66, 0.68], jitter=0.08)  # never reaches 0.70: the recipe starts from its bound
     weaker = _curve("b", [0.52, 0.62, 0.67], jitter=0.08)
-    candidate = _curve("a+b", [0.60, 0.68, 0.69], jitter=0.08)  # closer, still below 0.70
+    cheaper = [0.9, 1.8, 3.6]  # closer, still below 0.70, for less: a bound of 4 / 3.6
+    candidate = _curve("a+b", [0.60, 0.68, 0.69], costs=cheaper, jitter=0.08)
     search = greedy_search(_section(short, weaker, candidate), "flops")
     assert [why for _, _, why in search.singles] == ["", ""]
     assert search.recipe == ("a",) and search.speedup is not None and search.speedup.value is None
     tried = dict(search.rounds[0].tried)["a+b"]
-    assert tried is not None and tried.value is None and tried.high > search.speedup.high  # a higher bound
+    assert tried is not None and tried.value is None and tried.bound > search.speedup.bound  # a higher bound
     assert search.rounds[0].chosen is None and search.rounds[0].confirming is None and not search.to_run
     assert "no candidate improves on it" in search.markdown()
 
@@ -344,3 +354,52 @@ def test_an_identity_arm_is_neither_a_candidate_nor_asked_for_longer_runs() -> N
     search = greedy_search(section, "flops")
     assert search.singles[0][2] == "no: it repeats the baseline's runs (the timing null)"
     assert not search.longer and not search.recipe
+
+
+def _seeds(arm: str, rows: dict[int, list[float]], costs: list[float] = COSTS) -> Curve:
+    """A sweep curve with one accuracy row per seed."""
+    seeds = sorted(rows)
+    acc = np.array([rows[s] for s in seeds])
+    cost = np.array([costs for _ in seeds])
+    return Curve(arm, f"h-{arm}", "h-baseline", "fam", False, ["1ep", "2ep", "4ep"], seeds, acc, {"flops": cost})
+
+
+def test_a_recipe_whose_fresh_seeds_cannot_decide_is_undecided_and_more_seeds_are_named() -> None:
+    """a+b leads on every seed (2.3x), and on the two seeds that did not screen it its mean speedup is 1.7x, but
+    with n=2 the interval spans 1: the data cannot say it fails to qualify, only that more seeds decide it."""
+    singles = (_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75]))
+    recipe = _seeds("a+b", {0: [0.75, 0.80, 0.85], 1: [0.62, 0.72, 0.80], 2: [0.52, 0.64, 0.72]})
+    search = greedy_search(_section(*singles, recipe), "flops")
+    assert search.recipe == ("a", "b") and search.fresh is not None and search.fresh.n == 2
+    assert search.fresh.estimate is not None and search.fresh.estimate >= 1.5 and search.fresh.low < 1
+    text = search.markdown()
+    assert f"in FLOPs: undecided: {search.fresh.estimate:.2f}x, but with n=2 its interval does not exclude 1" in text
+    assert "does not qualify" not in text
+    assert (
+        "More seeds decide it: the baseline on 5 seeds (`cadence-bench grid study --arms baseline --set "
+        "'grid.combinations=[]' --seeds 5 --data-dir ../shared/data`), then `cadence-bench grid study --search` "
+        "confirms each round's leader on them."
+    ) in text
+
+
+def test_a_recipe_below_1_5x_does_not_qualify_and_asks_for_nothing() -> None:
+    singles = (_curve("a", [0.55, 0.65, 0.75]), _curve("b", [0.55, 0.65, 0.75]))  # 1.41x each
+    search = greedy_search(_section(*singles, _curve("a+b", [0.555, 0.655, 0.755])), "flops")  # 1.46x
+    assert search.recipe == ("a", "b") and search.fresh is not None and search.fresh.estimate < 1.5
+    assert "in FLOPs: it does not qualify" in search.markdown() and "More seeds" not in search.markdown()
+
+
+def test_a_recipe_that_saves_flops_but_ends_below_the_target_on_its_fresh_seeds_gets_a_cost_matched_run() -> None:
+    """The recipe costs half the baseline's FLOPs per step; seed 0 (which screened it) reaches the target, the
+    other two end just below it, so it is not judged until a run spends what the baseline needs: 8ep, twice its
+    longest; a single method's cost-matched run stays named beside it."""
+    half = [0.5, 1.0, 2.0]
+    singles = (_curve("a", [0.60, 0.70, 0.75]), _curve("c", [0.45, 0.55, 0.65], costs=half))
+    recipe = _seeds("a+c", {0: [0.72, 0.80, 0.85], 1: [0.55, 0.62, 0.68], 2: [0.55, 0.63, 0.69]}, costs=half)
+    search = greedy_search(_section(*singles, recipe), "flops")
+    assert search.recipe == ("a", "c") and search.fresh is not None and search.fresh.estimate is None
+    assert search.longer == {"c": "8ep", "a+c": "8ep"}
+    text = search.markdown()
+    assert "in FLOPs: undecided: its curve does not reach the baseline's best accuracy" in text
+    assert "--set 'grid.arms=[]' --set 'grid.combinations=[]' --combination a+c --seeds 3 " in text
+    assert "--arms each --methods c --seeds 3 " in text

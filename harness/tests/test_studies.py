@@ -269,3 +269,37 @@ def test_an_arm_run_longer_than_the_recipes_budgets_belongs_to_the_study_and_ext
     assert sorted(r.seed for r in kept if r.tag("role") == "longer") == [0, 1]
     (section,) = sections_of(kept)
     assert section.sweep_curve("count").budgets == ["1ep", "2ep", "4ep"]  # type: ignore[union-attr]
+
+
+def test_runs_on_seeds_beyond_the_recipes_belong_to_the_study_in_the_same_role(
+    tmp_path: Path, tracking_uri: str, run_logger: Any, counted: list[int], tiny_recipe_file: Any
+) -> None:
+    """A recipe the search cannot decide on the recipe's seeds asks for more (`grid STUDY --arms baseline
+    --seeds 4`, then `--search` confirms each round's leader on them): those runs are the study's own arms and
+    added combinations on other seeds, in the same roles; the baseline's curve gains the seeds, the arms that
+    did not run them keep theirs. The same seed with other settings stays out."""
+    from cadence_harness.reading.study import study_runs
+    from cadence_harness.reading.summaries import sections_of
+
+    sweep = {"seeds": 2, "duration": "2ep", "durations": ["1ep", "2ep"], "schedule": {"name": "cosine"}}
+    path = tiny_recipe_file(**sweep, methods={"count": {}}, grid={"arms": ["baseline", "each"]})
+    more = load_recipe(path, {"seeds": 4}, grid={"arms": ["baseline"], "combinations": [["count", "label_smoothing"]]})
+    extra = [s for s in expand(more) if s.seed >= 2]
+    assert sorted({s.arm_name for s in extra}) == ["baseline", "count+label_smoothing"] and len(extra) == 8
+    for spec in [*expand(load_recipe(path)), *extra]:
+        run_logger(tracking_uri, spec, 0.5, 10.0)
+    run_logger(tracking_uri, RunSpec(dataclasses.replace(extra[0].recipe, subset=4), (), 2), 0.9, 1.0)
+    export_runs(tracking_uri, "tiny", tmp_path / "runs" / "tiny.jsonl")
+    tag_records(tmp_path / "runs" / "tiny.jsonl", path)
+    _, kept, note = study_runs(path, tmp_path / "runs")
+    assert "16 of the 17 runs" in note
+    roles = sorted({(r.arm, r.seed, r.tag("role")) for r in kept if r.seed >= 2})
+    assert roles == [
+        ("baseline", 2, "own"),
+        ("baseline", 3, "own"),
+        ("count+label_smoothing", 2, "added"),
+        ("count+label_smoothing", 3, "added"),
+    ]
+    (section,) = sections_of(kept)
+    assert section.sweep_curve("baseline").seeds == [0, 1, 2, 3]  # type: ignore[union-attr]
+    assert section.sweep_curve("count").seeds == [0, 1]  # type: ignore[union-attr]

@@ -147,7 +147,6 @@ class Search:
         lines += ["", f"Composer's Mild set (`cadence_harness.reading.mild`), beside the search: {mild}."]
         if self.speedup is not None:
             judged = self.fresh or self.speedup
-            verdict = "qualifies" if judged.qualifies() else "does not qualify"
             fresh = (
                 f", judged on the seeds that did not screen it: {self.fresh.format()} (every seed, the screening "
                 f"seed {SCREEN_SEED} included: {self.speedup.format()})"
@@ -156,13 +155,18 @@ class Search:
             )
             lines += [
                 "",
-                f"Best recipe so far: **{'+'.join(self.recipe)}**{fresh} in {unit}: it {verdict} "
-                f"(>= {QUALIFYING_SPEEDUP}x with the interval above 1).",
+                f"Best recipe so far: **{'+'.join(self.recipe)}**{fresh} in {unit}: {_verdict(judged)} "
+                f"(it qualifies at >= {QUALIFYING_SPEEDUP}x with the interval above 1).",
             ]
+            if judged.estimate is not None and judged.estimate >= QUALIFYING_SPEEDUP and not judged.qualifies():
+                more = self.seeds + 2
+                lines[-1] += (
+                    f" More seeds decide it: the baseline on {more} seeds (`cadence-bench grid {self.study} --arms "
+                    f"baseline --set 'grid.combinations=[]' --seeds {more} --data-dir ../shared/data`), then "
+                    f"`cadence-bench grid {self.study} --search` confirms each round's leader on them."
+                )
         else:
             lines += ["", "No method is eligible alone, so there is no recipe to grow."]
-        if self.speedup is not None and self.speedup.estimate is None:
-            lines[-1] += " Its curve does not reach the baseline's best accuracy: only a bound is known."
         return "\n".join(lines)
 
     def _why_swept(self, arms: Sequence[str]) -> str:
@@ -178,7 +182,7 @@ class Search:
         for budget in dict.fromkeys(self.longer.values()):
             durations = ", ".join(f'"{b}"' for b in [*self.budgets, budget])
             alone = ",".join(m for m, b in self.longer.items() if b == budget and "+" not in m)
-            together = [m for m, b in self.longer.items() if b == budget and "+" in m]  # Composer's Mild set
+            together = [m for m, b in self.longer.items() if b == budget and "+" in m]  # Mild, the recipe
             arms = [f"--arms each --methods {alone}"] if alone else []
             arms += [f"--set 'grid.arms=[]' --set 'grid.combinations=[]' --combination {arm}" for arm in together]
             commands += [
@@ -196,6 +200,17 @@ class Search:
         )
 
 
+def _verdict(judged: TargetSpeedup) -> str:
+    """Whether the recipe qualifies; where the data cannot tell, that it is undecided and why, never a "no"."""
+    if judged.qualifies():
+        return "it qualifies"
+    if judged.estimate is None:
+        return "undecided: its curve does not reach the baseline's best accuracy, so only a bound is known"
+    if judged.estimate < QUALIFYING_SPEEDUP:
+        return "it does not qualify"
+    return f"undecided: {judged.estimate:.2f}x, but with n={judged.n} its interval does not exclude 1"
+
+
 def _saves_flops(arm: Curve, base: Curve, margin: float = 0.95) -> bool:
     """Whether `arm` costs at most `margin` of the baseline's FLOPs at its longest budget (a saving per step,
     which FLOPs show exactly; time would mistake the noise of one run for one)."""
@@ -207,9 +222,11 @@ def _saves_flops(arm: Curve, base: Curve, margin: float = 0.95) -> bool:
 
 
 def _needs_longer(search: Search, curve: Curve, base: Curve, speedup: TargetSpeedup | None) -> None:
-    """Name the cost-matched budget `curve` needs when it saves FLOPs per step yet never got the baseline's cost."""
-    if _saves_flops(curve, base) and speedup and speedup.estimate is None and (speedup.high or 0) > 1:
-        search.longer[curve.arm] = _stretch(curve.budgets[-1], speedup.high)
+    """Name the cost-matched budget `curve` needs when it saves FLOPs per step yet never got the baseline's cost:
+    its longest budget stretched until it spends what the baseline spends to reach its best (`TargetSpeedup.bound`,
+    read off the mean curves of the seeds `speedup` was judged on)."""
+    if _saves_flops(curve, base) and speedup and speedup.bound is not None and speedup.bound > 1:
+        search.longer[curve.arm] = _stretch(curve.budgets[-1], speedup.bound)
 
 
 def _stretch(budget: str, factor: float) -> str:
@@ -260,7 +277,7 @@ def _rank(speedup: TargetSpeedup | None) -> tuple[int, float, float]:
     if speedup is None:
         return (-1, -math.inf, -math.inf)
     if speedup.estimate is None:
-        return (0, speedup.high if speedup.high is not None else -math.inf, -math.inf)
+        return (0, speedup.bound if speedup.bound is not None else -math.inf, -math.inf)
     return (1, speedup.estimate, speedup.low if speedup.low is not None else -math.inf)
 
 
@@ -335,8 +352,12 @@ def greedy_search(
             round_.confirming, search.to_run, search.confirming = best[0], [best[0]], True
             return search
         round_.chosen = best[0]
+        if len(search.recipe) > 1:  # a recipe superseded needs no cost-matched run (a single method still does)
+            search.longer.pop("+".join(search.recipe), None)
         search.recipe, search.speedup = tuple(best[0].split("+")), best[1]
-        search.fresh = speedup_at_baseline_best(curves[frozenset(search.recipe)], base, unit, skip_seed=SCREEN_SEED)
+        chosen = curves[frozenset(search.recipe)]
+        search.fresh = speedup_at_baseline_best(chosen, base, unit, skip_seed=SCREEN_SEED)
+        _needs_longer(search, chosen, base, search.fresh)
 
 
 def run_length_methods(arm: str) -> list[str]:

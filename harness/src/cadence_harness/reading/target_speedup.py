@@ -30,11 +30,14 @@ class TargetSpeedup:
     unit: str
     n: int
     target: float  # the baseline's best mean accuracy
-    value: float | None  # None: only a bound is known (`at_least`, or `high` for a curve that never reaches it)
+    value: float | None  # None: only a bound is known (`at_least`, or `bound` for a curve that never reaches it)
     low: float | None = None
     high: float | None = None
     at_least: float | None = None  # the mean curve is above the target already at its shortest budget
     cyclic: bool = False  # read off cyclic curves (a screen), not sweeps
+    # the mean curve never reaches the target: the baseline's cost to reach it over the arm's longest run's cost,
+    # an upper bound on the speedup and the factor a cost-matched run stretches the longest budget by
+    bound: float | None = None
 
     @property
     def estimate(self) -> float | None:
@@ -54,7 +57,7 @@ class TargetSpeedup:
             interval = interval.replace("]", f"] n={self.n}") if self.low is not None else interval
             return f">= {self.at_least:.2f}x (above {self.target:.1%} already at its shortest budget){interval}"
         if self.value is None:
-            return f"does not reach {self.target:.1%}" + (f" (< {self.high:.2f}x)" if self.high else "")
+            return f"does not reach {self.target:.1%}" + (f" (< {self.bound:.2f}x)" if self.bound else "")
         if self.low is None or self.high is None:
             return f"{self.value:.2f}x ({self.n} seed: no interval)"
         low = "unbounded" if self.low == 0 else f"{self.low:.2f}"  # a resample never reached the target
@@ -98,9 +101,9 @@ def speedup_at_baseline_best(
     low, high = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
     value = math.exp(low) if low == high else None
     at_least = math.exp(low) if value is None and math.isinf(high) else None
+    bound = math.exp(high) if value is None and at_least is None else None
     if len(a_acc) < 2:
-        bound = math.exp(high) if value is None and at_least is None else None
-        return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least, arm.cyclic)
+        return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least, arm.cyclic, bound)
     bounds = [_ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i]) for i in range(len(a_acc))]
     low_end, high_end, _, _ = paired_log_interval(bounds, confidence)
-    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, low_end, high_end, at_least, arm.cyclic)
+    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, low_end, high_end, at_least, arm.cyclic, bound)

@@ -222,7 +222,7 @@ def run_grid(
         if interruption.interrupted or (deadline is not None and time.monotonic() > deadline):
             return spec, _NOT_STARTED, 0.0
         started = time.perf_counter()
-        run_tags = {**tags, **membership.tags(spec.config_hash, spec.arm_name, spec.recipe.duration)}
+        run_tags = {**tags, **membership.tags(spec.config_hash, spec.arm_name, spec.recipe.duration, spec.seed)}
         if isolate:
             reason = run_one_in_subprocess(
                 spec, uri=uri, log_dir=Path(log_dir), tags=run_tags, data_dir=data_dir, download=download,

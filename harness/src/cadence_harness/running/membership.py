@@ -12,6 +12,10 @@ belongs to the study NAME when its configuration (its config hash) is one of:
   settings otherwise: the cost-matched runs the combination search asks for (``grid NAME --arms each --methods
   colout --set 'durations=[..., "22ep"]'``), which extend the arm's curve.
 
+Each role holds on any seed: a run of the same configuration on a seed beyond the recipe's (``grid NAME --arms
+baseline --seeds 5``, where the recipe search needs more seeds to decide a recipe) is in the study in the same
+role, and the reading pairs arms with the baseline seed by seed.
+
 Any other run of the same experiment (a smoke run with ``--set subset=...``, a run of an older version
 of the recipe) carries no study, and a report of the study leaves it out. The grid tags each run with
 ``cadence.study`` and ``cadence.role``; the reading wing filters on them and never re-expands a grid,
@@ -50,17 +54,27 @@ class StudyMembership:
         self._priced: set[str] = set()
         self._priced_longer: set[tuple[str, str]] = set()
         if self._recipe is not None:
-            own = expand(self._recipe)
-            self._priced = {spec.arm_name for spec in own}
-            self._roles = dict.fromkeys((spec.config_hash for spec in own), "own")
-            for config in self._cyclic_baseline():
-                self._roles.setdefault(config, "cyclic_baseline")
+            self._price_own()
 
-    def role(self, config_hash: str, arm: str, budget: str = "") -> str | None:
-        """The role of the run with this configuration (of arm `arm`, at `budget`) in the study, or None if it is
-        not in it."""
+    def _price_own(self) -> None:
+        """The recipe's own grid and the baseline's cyclic curve, on the seeds seen so far; arms outside the own
+        grid are priced (again) when next asked for."""
+        own = expand(self._recipe) if self._recipe is not None else []
+        self._priced = {spec.arm_name for spec in own}
+        self._priced_longer = set()
+        for spec in own:
+            self._roles.setdefault(spec.config_hash, "own")
+        for config in self._cyclic_baseline():
+            self._roles.setdefault(config, "cyclic_baseline")
+
+    def role(self, config_hash: str, arm: str, budget: str = "", seed: int | None = None) -> str | None:
+        """The role of the run with this configuration (of arm `arm`, at `budget`, on `seed`) in the study, or None
+        if it is not in it."""
         if self._recipe is None:
             return None
+        if seed is not None and seed >= 0 and seed not in self._recipe.seeds:  # more seeds: the same roles
+            self._recipe = replace(self._recipe, seeds=(*self._recipe.seeds, seed))
+            self._price_own()
         if arm not in self._priced:
             self._priced.add(arm)
             for config in self._added_arm(arm):
@@ -72,10 +86,14 @@ class StudyMembership:
                 self._roles.setdefault(config, "longer")
         return self._roles.get(config_hash)
 
-    def tags(self, config_hash: str, arm: str, budget: str = "") -> dict[str, str]:
+    def tags(self, config_hash: str, arm: str, budget: str = "", seed: int | None = None) -> dict[str, str]:
         """``cadence.study`` and ``cadence.role`` for a run in the study; nothing for a run outside it."""
-        role = self.role(config_hash, arm, budget)
+        role = self.role(config_hash, arm, budget, seed)
         return {} if role is None else {f"{TAG}study": self.study, f"{TAG}role": role}
+
+    def _seeds(self) -> tuple[int, ...]:
+        """The recipe's seeds and any other seed a run of the study was seen on."""
+        return self._recipe.seeds if self._recipe is not None else ()
 
     def _sweeps(self) -> bool:
         """Whether the curves are duration sweeps, beside which cyclic runs check (the baseline's) or screen
@@ -85,7 +103,8 @@ class StudyMembership:
     def _cyclic_baseline(self) -> set[str]:
         if not self._sweeps():
             return set()
-        cyclic = load_recipe(self.source, {"curve": "cyclic"}, grid={"arms": ["baseline"], "combinations": []})
+        overrides = {"curve": "cyclic", "seeds": list(self._seeds())}
+        cyclic = load_recipe(self.source, overrides, grid={"arms": ["baseline"], "combinations": []})
         return {spec.config_hash for spec in expand(cyclic) if cycles_of(spec.recipe)}
 
     def _longer_arm(self, arm: str, budget: str) -> set[str]:
@@ -94,9 +113,9 @@ class StudyMembership:
         if self._recipe is None or not self._recipe.durations:
             return set()
         combinations = [] if arm == "baseline" else [arm.split("+")]
-        durations = {"durations": [*self._recipe.durations, budget]}
+        overrides = {"durations": [*self._recipe.durations, budget], "seeds": list(self._seeds())}
         try:
-            longer = load_recipe(self.source, durations, grid={"arms": ["baseline"], "combinations": combinations})
+            longer = load_recipe(self.source, overrides, grid={"arms": ["baseline"], "combinations": combinations})
         except RecipeError:
             return set()
         return {spec.config_hash for spec in expand(longer) if spec.arm_name == arm and spec.recipe.duration == budget}
@@ -105,7 +124,8 @@ class StudyMembership:
         """The configurations of `arm` run with the recipe's settings, as ``grid STUDY --combination ARM`` runs
         them (in a sweep study also as a cyclic curve); an arm the recipe cannot run adds nothing."""
         hashes: set[str] = set()
-        for overrides in [{}, {"curve": "cyclic"}] if self._sweeps() else [{}]:
+        seeds = {"seeds": list(self._seeds())}
+        for overrides in [seeds, {**seeds, "curve": "cyclic"}] if self._sweeps() else [seeds]:
             try:
                 added = load_recipe(
                     self.source, overrides, grid={"arms": ["baseline"], "combinations": [arm.split("+")]}
@@ -134,5 +154,5 @@ def tag_records(path: str | Path, recipe: str | Path | None = None) -> tuple[int
 def _tagged(records: Iterable[RunRecord], membership: StudyMembership) -> Iterable[RunRecord]:
     for record in records:  # only the study's own experiment is asked: a foreign arm needs no recipe reloaded
         mine = record.experiment == membership.study and not record.tag("study")
-        tags = membership.tags(record.config_hash, record.arm, record.budget) if mine else {}
+        tags = membership.tags(record.config_hash, record.arm, record.budget, record.seed) if mine else {}
         yield replace(record, tags={**record.tags, **tags}) if tags else record
