@@ -403,3 +403,17 @@ def test_a_recipe_that_saves_flops_but_ends_below_the_target_on_its_fresh_seeds_
     assert "in FLOPs: undecided: its curve does not reach the baseline's best accuracy" in text
     assert "--set 'grid.arms=[]' --set 'grid.combinations=[]' --combination a+c --seeds 3 " in text
     assert "--arms each --methods c --seeds 3 " in text
+
+
+def test_an_interrupted_screen_is_run_on_not_read_as_a_curve_that_ends_early() -> None:
+    """A screening grid runs every candidate's shortest budget first; interrupted after it, a candidate's
+    seed-0 curve holds 1ep only and would read "does not reach" and end the round. It is not run yet instead."""
+    singles = (_curve("a", [0.60, 0.70, 0.75]), _curve("b", [0.55, 0.65, 0.75]))
+    partial = Curve(
+        "a+b", "h-a+b", "h-baseline", "fam", False, ["1ep"], [0], np.array([[0.62]]), {"flops": np.array([[1.0]])}
+    )
+    search = greedy_search(_section(*singles, partial), "flops")
+    assert search.to_run == ["a+b"] and dict(search.rounds[0].tried)["a+b"] is None
+    assert "no candidate improves on it" not in search.markdown()
+    finished = greedy_search(_section(*singles, _curve("a+b", [0.62, 0.66, 0.69], seeds=(0,))), "flops")
+    assert not finished.to_run and "no candidate improves on it" in finished.markdown()

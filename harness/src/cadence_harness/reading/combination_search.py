@@ -200,6 +200,13 @@ class Search:
         )
 
 
+def _partial_screen(curve: Curve, against: Curve) -> bool:
+    """Whether `curve` is a screen (one seed) that stops short of the budgets it is read against: a screening
+    grid interrupted after its shorter budgets (it runs every arm's 2ep before any 4ep), which would otherwise
+    read as a curve that ends early and "does not reach" the target."""
+    return curve.n == 1 and not set(against.budgets) <= set(curve.budgets)
+
+
 def _verdict(judged: TargetSpeedup) -> str:
     """Whether the recipe qualifies; where the data cannot tell, that it is undecided and why, never a "no"."""
     if judged.qualifies():
@@ -337,6 +344,8 @@ def greedy_search(
             methods = frozenset((*search.recipe, method))
             curve, against = (curves[methods], base) if methods in curves else (screens.get(methods), cyclic_base)
             arm = curve.arm if curve else "+".join((*search.recipe, method))  # a screened arm keeps its spelling
+            if curve is not None and against is not None and _partial_screen(curve, against):
+                curve = None  # an interrupted screen: the grid runs the rest of it (it skips the finished runs)
             if curve is None:
                 missing.append(arm)
                 if run_length is not None and cyclic_base is not None and (follows := run_length(arm)):
