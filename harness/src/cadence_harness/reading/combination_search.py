@@ -158,7 +158,7 @@ class Search:
                 f"Best recipe so far: **{'+'.join(self.recipe)}**{fresh} in {unit}: {_verdict(judged)} "
                 f"(it qualifies at >= {QUALIFYING_SPEEDUP}x with the interval above 1).",
             ]
-            if judged.estimate is not None and judged.estimate >= QUALIFYING_SPEEDUP and not judged.qualifies():
+            if _needs_more_seeds(judged):
                 more = self.seeds + 2
                 lines[-1] += (
                     f" More seeds decide it: the baseline on {more} seeds (`cadence-bench grid {self.study} --arms "
@@ -207,13 +207,18 @@ def _partial_screen(curve: Curve, against: Curve) -> bool:
     return curve.n == 1 and not set(against.budgets) <= set(curve.budgets)
 
 
+def _needs_more_seeds(judged: TargetSpeedup) -> bool:
+    """Whether the recipe's estimate qualifies but its interval, on too few seeds, does not exclude 1."""
+    return judged.estimate is not None and judged.estimate >= QUALIFYING_SPEEDUP and not judged.qualifies()
+
+
 def _verdict(judged: TargetSpeedup) -> str:
     """Whether the recipe qualifies; where the data cannot tell, that it is undecided and why, never a "no"."""
     if judged.qualifies():
         return "it qualifies"
     if judged.estimate is None:
         return "undecided: its curve does not reach the baseline's best accuracy, so only a bound is known"
-    if judged.estimate < QUALIFYING_SPEEDUP:
+    if not _needs_more_seeds(judged):
         return "it does not qualify"
     return f"undecided: {judged.estimate:.2f}x, but with n={judged.n} its interval does not exclude 1"
 

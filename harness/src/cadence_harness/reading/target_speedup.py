@@ -103,7 +103,7 @@ def speedup_at_baseline_best(
     at_least = math.exp(low) if value is None and math.isinf(high) else None
     bound = math.exp(high) if value is None and at_least is None else None
     if len(a_acc) < 2:
-        return TargetSpeedup(arm.arm, unit, 1, target, value, None, bound, at_least, arm.cyclic, bound)
+        return TargetSpeedup(arm.arm, unit, 1, target, value, None, None, at_least, arm.cyclic, bound)
     bounds = [_ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i]) for i in range(len(a_acc))]
     low_end, high_end, _, _ = paired_log_interval(bounds, confidence)
     return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, low_end, high_end, at_least, arm.cyclic, bound)
