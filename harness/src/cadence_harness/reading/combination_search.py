@@ -155,10 +155,10 @@ class Search:
             )
             lines += [
                 "",
-                f"Best recipe so far: **{'+'.join(self.recipe)}**{fresh} in {unit}: {_verdict(judged)} "
+                f"Best recipe so far: **{'+'.join(self.recipe)}**{fresh} in {unit}: {judged.verdict()} "
                 f"(it qualifies at >= {QUALIFYING_SPEEDUP}x with the interval above 1).",
             ]
-            if _needs_more_seeds(judged):
+            if judged.needs_more_seeds():
                 more = self.seeds + 2
                 lines[-1] += (
                     f" More seeds decide it: the baseline on {more} seeds (`cadence-bench grid {self.study} --arms "
@@ -201,26 +201,9 @@ class Search:
 
 
 def _partial_screen(curve: Curve, against: Curve) -> bool:
-    """Whether `curve` is a screen (one seed) that stops short of the budgets it is read against: a screening
-    grid interrupted after its shorter budgets (it runs every arm's 2ep before any 4ep), which would otherwise
-    read as a curve that ends early and "does not reach" the target."""
+    """Whether `curve` is a screen (one seed) cut off before the budgets it is read against (a grid runs every
+    arm's 2ep before any 4ep); read as it is, it would end early and "does not reach" the target."""
     return curve.n == 1 and not set(against.budgets) <= set(curve.budgets)
-
-
-def _needs_more_seeds(judged: TargetSpeedup) -> bool:
-    """Whether the recipe's estimate qualifies but its interval, on too few seeds, does not exclude 1."""
-    return judged.estimate is not None and judged.estimate >= QUALIFYING_SPEEDUP and not judged.qualifies()
-
-
-def _verdict(judged: TargetSpeedup) -> str:
-    """Whether the recipe qualifies; where the data cannot tell, that it is undecided and why, never a "no"."""
-    if judged.qualifies():
-        return "it qualifies"
-    if judged.estimate is None:
-        return "undecided: its curve does not reach the baseline's best accuracy, so only a bound is known"
-    if not _needs_more_seeds(judged):
-        return "it does not qualify"
-    return f"undecided: {judged.estimate:.2f}x, but with n={judged.n} its interval does not exclude 1"
 
 
 def _saves_flops(arm: Curve, base: Curve, margin: float = 0.95) -> bool:
@@ -350,7 +333,7 @@ def greedy_search(
             curve, against = (curves[methods], base) if methods in curves else (screens.get(methods), cyclic_base)
             arm = curve.arm if curve else "+".join((*search.recipe, method))  # a screened arm keeps its spelling
             if curve is not None and against is not None and _partial_screen(curve, against):
-                curve = None  # an interrupted screen: the grid runs the rest of it (it skips the finished runs)
+                curve = None  # the grid runs the rest of an interrupted screen (it skips the finished runs)
             if curve is None:
                 missing.append(arm)
                 if run_length is not None and cyclic_base is not None and (follows := run_length(arm)):
@@ -366,7 +349,7 @@ def greedy_search(
             round_.confirming, search.to_run, search.confirming = best[0], [best[0]], True
             return search
         round_.chosen = best[0]
-        if len(search.recipe) > 1:  # a recipe superseded needs no cost-matched run (a single method still does)
+        if len(search.recipe) > 1:  # a superseded recipe needs no cost-matched run (a single method still does)
             search.longer.pop("+".join(search.recipe), None)
         search.recipe, search.speedup = tuple(best[0].split("+")), best[1]
         chosen = curves[frozenset(search.recipe)]

@@ -48,6 +48,20 @@ class TargetSpeedup:
         estimate = self.estimate
         return estimate is not None and estimate >= ratio and self.low is not None and self.low > 1
 
+    def needs_more_seeds(self, ratio: float = QUALIFYING_SPEEDUP) -> bool:
+        """Whether the estimate qualifies but the interval, on too few seeds, does not exclude 1."""
+        return self.estimate is not None and self.estimate >= ratio and not self.qualifies(ratio)
+
+    def verdict(self) -> str:
+        """Whether it qualifies; where the data cannot tell, that it is undecided and why, never a "no"."""
+        if self.qualifies():
+            return "it qualifies"
+        if self.estimate is None:
+            return "undecided: its curve does not reach the baseline's best accuracy, so only a bound is known"
+        if not self.needs_more_seeds():
+            return "it does not qualify"
+        return f"undecided: {self.estimate:.2f}x, but with n={self.n} its interval does not exclude 1"
+
     def format(self) -> str:
         return self._format() + (", cyclic screen" if self.cyclic else "")
 
