@@ -417,3 +417,50 @@ def test_an_interrupted_screen_is_run_on_not_read_as_a_curve_that_ends_early() -
     assert "no candidate improves on it" not in search.markdown()
     finished = greedy_search(_section(*singles, _curve("a+b", [0.62, 0.66, 0.69], seeds=(0,))), "flops")
     assert not finished.to_run and "no candidate improves on it" in finished.markdown()
+
+
+def _runs(arm: str, accuracy: list[float], seeds: range, budgets: tuple[str, ...] = ("1ep", "2ep", "4ep")) -> list:
+    """`arm`'s recorded runs at `budgets` (accuracy by budget, the same on every seed) for `seeds`."""
+    from cadence_harness.records import budget_value
+    from cadence_harness.testing import study_run
+
+    return [
+        study_run(arm, b, s, accuracy=a, train_s=10 * budget_value(b)) for s in seeds for b, a in zip(budgets, accuracy)
+    ]
+
+
+def _search_of(records: list) -> Any:
+    from cadence_harness.reading.summaries import sections_of
+
+    (section,) = sections_of(records)
+    return greedy_search(section, "flops")
+
+
+SINGLES = [*_runs("baseline", BASE, range(3)), *_runs("a", [0.58, 0.66, 0.75], range(3))]
+SINGLES += _runs("b", [0.55, 0.65, 0.75], range(3))  # a: 1.47x, b: 1.41x at 70%
+
+
+def test_a_confirmation_cut_off_during_its_longest_budget_is_still_confirmed_not_read_as_a_shorter_curve() -> None:
+    """The confirming grid runs the leader a+b (screened on seed 0: 1.91x) at 1ep on seeds 1 and 2, then 2ep, then
+    4ep, and stops after seed 1's 4ep. Over the two budgets every seed has, a+b would end at 69%, "not reach" 70%
+    and close the round; it is read on seeds 0 and 1, which ran all three, so the grid that finishes it is named."""
+    leader = [0.64, 0.69, 0.85]
+    stopped = [*SINGLES, *_runs("a+b", leader, range(1)), *_runs("a+b", leader[:2], range(1, 3))]
+    stopped += _runs("a+b", leader[2:], range(1, 2), budgets=("4ep",))
+    search = _search_of(stopped)
+    assert search.recipe == ("a",) and search.rounds[0].confirming == "a+b" and search.confirming
+    assert search.command().endswith("--combination a+b --seeds 3 --data-dir ../shared/data")
+    assert "no candidate improves on it" not in search.markdown()
+    finished = _search_of([*stopped, *_runs("a+b", leader[2:], range(2, 3), budgets=("4ep",))])
+    assert finished.recipe == ("a", "b") and finished.speedup is not None and finished.speedup.n == 3
+
+
+def test_a_baseline_whose_extra_seeds_stopped_early_is_read_on_the_seeds_that_ran_all_its_budgets() -> None:
+    """Seeds 3 and 4 of the baseline ran 1ep and 2ep only: read over those two budgets on five seeds, its best
+    accuracy (the target) would be 2ep's 60%, not 4ep's 70%."""
+    search = _search_of([*SINGLES, *_runs("baseline", BASE[:2], range(3, 5))])
+    assert search.seeds == 3 and search.budgets == ["1ep", "2ep", "4ep"]
+    assert search.speedup is not None and search.speedup.target == pytest.approx(0.70)
+    assert "The baseline is read on the 3 seeds that ran all its budgets (4ep on 3 of its 5 seeds so far)." in (
+        search.markdown()
+    )

@@ -215,3 +215,15 @@ def test_a_grid_still_running_its_longest_budget_keeps_its_finished_budgets_with
     # one seed everywhere: the one curve there is
     (curve,) = curves_from_records([r for r in records if r.seed == 0])
     assert (curve.budgets, curve.seeds, curve.left_out) == (BUDGETS, [0], {})
+
+
+def test_a_curve_cut_off_during_its_longest_budget_is_read_over_it_on_the_seeds_that_ran_it() -> None:
+    """What the recipe search reads (`Curve.over`): a grid stopped after seed 0's 8ep leaves a curve that keeps
+    1ep to 4ep on every seed; over 8ep it is seed 0's whole curve, over the budgets it keeps itself."""
+    records = [_record("arm", b, s, 0.5 + 0.1 * i) for i, b in enumerate(BUDGETS[:3]) for s in range(3)]
+    (curve,) = curves_from_records([*records, _record("arm", "8ep", 0, 0.9)])
+    assert curve.whole is not None and (curve.whole.budgets, curve.whole.seeds) == (BUDGETS, [0])
+    assert curve.whole.accuracy.tolist() == [[0.5, 0.6, 0.7, 0.9]] and "flops" in curve.whole.costs
+    assert curve.over(BUDGETS) is curve.whole and curve.over(BUDGETS[:3]) is curve
+    (complete,) = curves_from_records(records)
+    assert complete.whole is None and complete.over(BUDGETS) is complete

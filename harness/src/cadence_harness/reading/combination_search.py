@@ -26,8 +26,10 @@ for), and a cyclic run of it already recorded is set aside: its cycles did not s
 length would.
 
 A round whose runs are missing stops the search there and names them, with the ``cadence-bench grid`` command
-that runs them. Nothing is extrapolated: a curve that never reaches the target gives only a bound, and such a
-candidate is never chosen. In time, a curve run on another machine than its baseline is not compared.
+that runs them. A curve whose grid stopped (or still runs) during its longer budgets is read on the seeds that
+ran them all (`Curve.over`; the baseline on two seeds or more), not as a shorter curve that ends early. Nothing
+is extrapolated: a curve that never reaches the target gives only a bound, and such a candidate is never chosen.
+In time, a curve run on another machine than its baseline is not compared.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Search:
     # arm -> its methods that follow the run's length, so that no cyclic run screens it (`run_length_methods`)
     by_run_length: dict[str, list[str]] = field(default_factory=dict)
     set_aside: list[str] = field(default_factory=list)  # recorded cyclic screens of such arms, not read
+    baseline_left_out: str = ""  # the baseline's budgets not run on every seed yet, and on how many
 
     @property
     def curve(self) -> str:
@@ -144,6 +147,9 @@ class Search:
         if self.longer:
             lines += ["", self._longer_markdown()]
         mild = f"`{self.mild[0]}`, {self._shown(*self.mild)}" if self.mild else "not run here"
+        if self.baseline_left_out:
+            lines += ["", f"The baseline is read on the {self.seeds} seeds that ran all its budgets "]
+            lines[-1] += f"({self.baseline_left_out} so far)."
         lines += ["", f"Composer's Mild set (`cadence_harness.reading.mild`), beside the search: {mild}."]
         if self.speedup is not None:
             judged = self.fresh or self.speedup
@@ -288,12 +294,16 @@ def greedy_search(
     base = section.sweep_curve("baseline")
     if base is None:
         return search
+    if base.whole is not None and base.whole.n >= 2:  # its longer budgets stopped (or still run) on some seeds
+        search.baseline_left_out = ", ".join(f"{b} on {n} of its {base.n} seeds" for b, n in base.left_out.items())
+        base = base.whole
     search.seeds, search.budgets = base.n, list(base.budgets)
-    mild = mild_curve(section.curves)
+    read = [curve.over(base.budgets) for curve in section.curves]  # a confirmation cut off counts as its seeds
+    mild = mild_curve(read)
     search.mild = (mild.arm, speedup_at_baseline_best(mild, base, unit)) if mild else None
     if mild and search.mild:
         _needs_longer(search, mild, base, search.mild[1])
-    curves = _by_methods(section.curves)
+    curves = _by_methods(read)
     cyclic_base = section.cyclic_curve("baseline")
     screens = _by_methods(section.curves, cyclic=True) if cyclic_base is not None else {}
     search.screen = "cyclic" if cyclic_base is not None else "sweep"

@@ -83,10 +83,20 @@ class Curve:
     run_ids: list[str] = field(default_factory=list)
     left_out: dict[str, int] = field(default_factory=dict)  # budget -> seeds run so far, where not every seed is
     machine: str | None = ""  # the one machine its runs ran on (`same_machine`); None: several
+    # where `left_out` holds budgets: the curve over all its budgets, on the seeds that ran them all (`over`)
+    whole: Curve | None = None
 
     @property
     def n(self) -> int:
         return len(self.seeds)
+
+    def over(self, budgets: Sequence[str]) -> Curve:
+        """This curve over `budgets` where it keeps fewer of them than its runs reached: a grid stopped (or still
+        running) during its longer budgets leaves them to some seeds only, and read over the others the curve
+        would end early. Then it is its `whole` curve, on the seeds that ran them all; else itself."""
+        if self.whole is not None and not set(budgets) <= set(self.budgets):
+            return self.whole
+        return self
 
     @property
     def label(self) -> str:
@@ -117,12 +127,13 @@ def _points(record: RunRecord) -> dict[str, tuple[float, dict[str, float]]]:
 
 def curves_from_records(records: Sequence[RunRecord]) -> list[Curve]:
     """The curves of `records` (one per curve hash), each over the seeds it has at every one of its budgets
-    (`_complete_budgets`; the budgets it leaves out are in `Curve.left_out`)."""
+    (`_complete_budgets`; the budgets it leaves out are in `Curve.left_out`, and its curve over them, on the seeds
+    that ran them all, in `Curve.whole`)."""
     grouped: dict[str, list[RunRecord]] = defaultdict(list)
     for record in records:
         grouped[record.curve_hash].append(record)
     curves = []
-    for curve_hash, runs in grouped.items():
+    for runs in grouped.values():
         table: dict[str, dict[int, tuple[float, dict[str, float]]]] = defaultdict(dict)
         for run in runs:
             for budget, point in _points(run).items():
@@ -130,40 +141,47 @@ def curves_from_records(records: Sequence[RunRecord]) -> list[Curve]:
         budgets, seeds = _complete_budgets(table)
         if not budgets:
             continue
-        units = [u for u in COSTS if all(u in table[b][s][1] for b in budgets for s in seeds)]
-        first = runs[0]
-        curves.append(
-            Curve(
-                arm=first.arm,
-                curve_hash=curve_hash,
-                baseline_curve_hash=first.baseline_curve_hash,
-                family_hash=first.family_hash,
-                cyclic=bool(first.cycles),
-                budgets=budgets,
-                seeds=seeds,
-                accuracy=np.array([[table[b][s][0] for b in budgets] for s in seeds], dtype=float),
-                costs={u: np.array([[table[b][s][1][u] for b in budgets] for s in seeds], dtype=float) for u in units},
-                run_ids=sorted(r.run_id for r in runs),
-                left_out={b: len(table[b]) for b in sorted(table, key=budget_value) if b not in budgets},
-                machine=same_machine(runs),
-            )
-        )
+        curve = _curve(runs, table, budgets, seeds)
+        curve.left_out = {b: len(table[b]) for b in sorted(table, key=budget_value) if b not in budgets}
+        if curve.left_out and (longest := _complete_budgets(table, longest=True))[0] != budgets:
+            curve.whole = _curve(runs, table, *longest)
+        curves.append(curve)
     return sorted(curves, key=lambda c: (c.arm != "baseline", c.cyclic, c.arm.count("+"), c.arm, c.curve_hash))
 
 
-def _complete_budgets(table: dict[str, dict[int, object]]) -> tuple[list[str], list[int]]:
+def _curve(runs: Sequence[RunRecord], table: dict, budgets: list[str], seeds: list[int]) -> Curve:
+    """The curve of `runs` (one curve hash) over `budgets` and `seeds` of their points `table` (budget -> seed ->
+    (accuracy, costs))."""
+    units = [u for u in COSTS if all(u in table[b][s][1] for b in budgets for s in seeds)]
+    first = runs[0]
+    return Curve(
+        arm=first.arm,
+        curve_hash=first.curve_hash,
+        baseline_curve_hash=first.baseline_curve_hash,
+        family_hash=first.family_hash,
+        cyclic=bool(first.cycles),
+        budgets=budgets,
+        seeds=seeds,
+        accuracy=np.array([[table[b][s][0] for b in budgets] for s in seeds], dtype=float),
+        costs={u: np.array([[table[b][s][1][u] for b in budgets] for s in seeds], dtype=float) for u in units},
+        run_ids=sorted(r.run_id for r in runs),
+        machine=same_machine(runs),
+    )
+
+
+def _complete_budgets(table: dict[str, dict[int, object]], longest: bool = False) -> tuple[list[str], list[int]]:
     """The budgets a curve keeps and the seeds it has at every one of them: of the prefixes of its budgets
     (shortest first, the order a grid finishes them in), the one with the most points, preferring two
     seeds or more (an interval needs them), ties to more seeds. A grid still running its longest budget
     (one seed done so far) so keeps its finished budgets with every seed, instead of shrinking the
-    whole curve to the one seed that has them all."""
+    whole curve to the one seed that has them all. With `longest`, the longest prefix any seed has run."""
     ordered = sorted(table, key=budget_value)
-    best: tuple[bool, int, int] = (False, 0, 0)
+    best: tuple[bool | int, int, int] = (False, 0, 0)
     kept: tuple[list[str], list[int]] = ([], [])
     common: set[int] | None = None
     for k, budget in enumerate(ordered, 1):
         common = set(table[budget]) if common is None else common & set(table[budget])
-        score = (len(common) >= 2, len(common) * k, len(common))
+        score = (k, 0, 0) if longest else (len(common) >= 2, len(common) * k, len(common))
         if common and score > best:
             best, kept = score, (ordered[:k], sorted(common))
     return kept
