@@ -87,3 +87,7 @@ def test_the_recorded_command_is_paste_able_in_any_checkout(monkeypatch: pytest.
     assert cli._command() == (
         "cadence-bench grid harness/recipes/cifar10_fast.toml --records method_cards/runs --data-dir /elsewhere/data"
     )
+    # the project's data beside the repository, as its README tells to pass it (a run of 2026-11-27 recorded it
+    # absolute, and its card showed a command that works on one machine only)
+    argv[-1] = str(REPO_ROOT.parent / "shared" / "data")
+    assert cli._command().endswith("--records method_cards/runs --data-dir ../shared/data")

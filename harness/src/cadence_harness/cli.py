@@ -72,13 +72,16 @@ def _methods(text: str | None) -> list[str]:
 
 
 def _command() -> str:
-    """The command line as recorded with the runs, paste-able in any checkout: paths inside the repository are
-    written relative to its root (a run's records travel to other machines)."""
+    """The command line as recorded with the runs, paste-able in any checkout: paths inside the repository, or in
+    the project's ``../shared`` beside it (where its data lives), are written relative to its root (a run's
+    records travel to other machines)."""
 
     def portable(word: str) -> str:
-        path = Path(word)
-        if path.is_absolute() and path.resolve().is_relative_to(REPO_ROOT):
-            return str(path.resolve().relative_to(REPO_ROOT)) or "."
+        path = Path(word).resolve() if Path(word).is_absolute() else None
+        if path is not None and path.is_relative_to(REPO_ROOT):
+            return str(path.relative_to(REPO_ROOT)) or "."
+        if path is not None and path.is_relative_to(REPO_ROOT.parent / "shared"):
+            return str(Path("..") / path.relative_to(REPO_ROOT.parent))
         return word
 
     return shlex.join(["cadence-bench", *map(portable, sys.argv[1:])])
