@@ -77,10 +77,12 @@ def _command() -> str:
     records travel to other machines)."""
 
     def portable(word: str) -> str:
-        path = Path(word).resolve() if Path(word).is_absolute() else None
-        if path is not None and path.is_relative_to(REPO_ROOT):
+        if not Path(word).is_absolute():
+            return word
+        path = Path(word).resolve()
+        if path.is_relative_to(REPO_ROOT):
             return str(path.relative_to(REPO_ROOT)) or "."
-        if path is not None and path.is_relative_to(REPO_ROOT.parent / "shared"):
+        if path.is_relative_to(REPO_ROOT.parent / "shared"):
             return str(Path("..") / path.relative_to(REPO_ROOT.parent))
         return word
 

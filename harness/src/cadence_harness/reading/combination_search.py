@@ -148,8 +148,8 @@ class Search:
             lines += ["", self._longer_markdown()]
         mild = f"`{self.mild[0]}`, {self._shown(*self.mild)}" if self.mild else "not run here"
         if self.baseline_left_out:
-            lines += ["", f"The baseline is read on the {self.seeds} seeds that ran all its budgets "]
-            lines[-1] += f"({self.baseline_left_out} so far)."
+            read = f"The baseline is read on the {self.seeds} seeds that ran all its budgets"
+            lines += ["", f"{read} ({self.baseline_left_out} so far)."]
         lines += ["", f"Composer's Mild set (`cadence_harness.reading.mild`), beside the search: {mild}."]
         if self.speedup is not None:
             judged = self.fresh or self.speedup
