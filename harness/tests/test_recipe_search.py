@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from cadence_harness.reading.combination_search import greedy_search, registry_conflict, run_length_methods
+from cadence_harness.reading.cost_matched import cost_matched_budget
 from cadence_harness.reading.noise_floor import NoiseFloor
 from cadence_harness.reading.summaries import Section
-from cadence_harness.reading.target_speedup import speedup_at_baseline_best
+from cadence_harness.reading.target_speedup import gain_over, speedup_at_baseline_best
 from cadence_harness.reading.tradeoff import Curve, matched_speedups
 
 COSTS = [1.0, 2.0, 4.0]
@@ -464,3 +465,46 @@ def test_a_baseline_whose_extra_seeds_stopped_early_is_read_on_the_seeds_that_ra
     assert "The baseline is read on the 3 seeds that ran all its budgets (4ep on 3 of its 5 seeds so far)." in (
         search.markdown()
     )
+
+
+def test_the_gain_of_a_join_is_the_ratio_of_the_two_speedups_paired_by_seed() -> None:
+    base, recipe = _curve("baseline", BASE), _curve("a", [0.60, 0.70, 0.75])  # 2x
+    joined = _curve("a+b", [0.65, 0.75, 0.80])  # 0.70 halfway from cost 1 to 2 in log cost: 4 / sqrt(2) = 2.83x
+    gain = gain_over(joined, recipe, base, "flops")
+    assert gain is not None and gain.n == 3 and gain.value == pytest.approx(2**0.5)
+    assert gain.low == pytest.approx(2**0.5) and gain.high == pytest.approx(2**0.5)
+    assert gain_over(joined, recipe, base, "flops", skip_seed=0).n == 2  # type: ignore[union-attr]
+    assert gain_over(joined, recipe, base, "flops", skip_seed=0, confidence=0.5) is not None
+    assert gain_over(_curve("a+b", [0.65, 0.75, 0.80], seeds=(0, 5)), recipe, base, "flops", skip_seed=0) is None
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "jitter", "shown"),
+    [
+        ([0.65, 0.75, 0.80], 0.005, "a measurable gain)"),
+        ([0.61, 0.71, 0.76], 0.03, "its interval includes 1, so it joined by its point estimate)"),
+    ],
+)
+def test_each_join_shows_its_gain_over_the_recipe_and_whether_it_is_measurable(
+    accuracy: list[float], jitter: float, shown: str
+) -> None:
+    seeds = (0, 1, 2, 3, 4)
+    section = _section(
+        _curve("a", [0.60, 0.70, 0.75], seeds=seeds),
+        _curve("b", [0.55, 0.65, 0.75], seeds=seeds),
+        _curve("a+b", accuracy, jitter=jitter, seeds=seeds),  # its gain over a: seed by seed, `jitter` apart
+    )
+    section.curves[0] = _curve("baseline", BASE, seeds=seeds)
+    search = greedy_search(section, "flops")
+    gain = search.rounds[0].gain
+    assert search.recipe == ("a", "b") and gain is not None and gain.n == 4 and gain.value > 1
+    assert gain.low is not None and (gain.low > 1) == (jitter < 0.01)
+    assert f"chose a+b ({gain.format()} over a, without the screening seed: {shown}" in search.markdown()
+
+
+def test_a_cost_matched_budget_is_asked_only_of_a_curve_that_saves_flops_yet_never_got_the_baselines_cost() -> None:
+    assert cost_matched_budget("16ep", flops=0.5, base_flops=1.0, bound=1.9) == "31ep"  # 16 * 1.9 = 30.4, up
+    assert cost_matched_budget("300ba", flops=0.5, base_flops=1.0, bound=1.5) == "450ba"
+    assert cost_matched_budget("16ep", flops=0.96, base_flops=1.0, bound=1.9) is None  # no saving per step
+    assert cost_matched_budget("16ep", flops=0.5, base_flops=1.0, bound=0.9) is None  # it had the baseline's cost
+    assert cost_matched_budget("16ep", flops=0.5, base_flops=1.0, bound=None) is None  # it reaches the target

@@ -8,7 +8,10 @@ The search (`greedy_search`), over the records a study already holds:
 1. every single method whose speedup at matched accuracy is *worse* at no budget is *eligible*;
 2. the recipe starts as the eligible method with the largest speedup at the baseline's best accuracy;
 3. each round tries the recipe plus each other eligible method that can run with it; the best
-   candidate replaces the recipe if its point estimate is larger, else the search stops.
+   candidate replaces the recipe if its point estimate is larger, else the search stops. Each join
+   shows its gain over the recipe it extends (`gain_over`: the ratio of the two speedups, paired by
+   seed, without the screening seed): where that interval includes 1 the method joined by its point
+   estimate only, and may be a passenger; the recipe as a whole is judged against the baseline.
 
 A round is screened on one seed, then confirmed: its candidates first run with seed 0 only (a
 round of a dozen candidates on every seed would cost a dozen single-method studies), and the
@@ -38,11 +41,17 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from cadence_harness.reading.cost_matched import cost_matched_budget, cost_matched_markdown
 from cadence_harness.reading.mild import mild_curve
 from cadence_harness.reading.summaries import Section
-from cadence_harness.reading.target_speedup import QUALIFYING_SPEEDUP, TargetSpeedup, speedup_at_baseline_best
+from cadence_harness.reading.target_speedup import (
+    QUALIFYING_SPEEDUP,
+    TargetSpeedup,
+    gain_over,
+    speedup_at_baseline_best,
+)
 from cadence_harness.reading.tradeoff import COSTS, TIMED, Curve, other_machine
-from cadence_harness.records import arm_methods, budget_value, run_length_reason
+from cadence_harness.records import arm_methods, run_length_reason
 
 __all__ = [
     "SEARCH_UNITS",
@@ -66,6 +75,7 @@ class Round:
     tried: list[tuple[str, TargetSpeedup | None]]  # candidate arm -> its speedup (None: not run yet)
     chosen: str | None = None
     confirming: str | None = None  # the leader on seed 0, waiting for its runs on every seed
+    gain: TargetSpeedup | None = None  # the chosen arm over the recipe, without the screening seed (`gain_over`)
 
 
 @dataclass
@@ -81,7 +91,7 @@ class Search:
     to_run: list[str] = field(default_factory=list)  # combinations the next round needs
     mild: tuple[str, TargetSpeedup | None] | None = None  # Composer's Mild arm and its speedup (`mild`)
     fresh: TargetSpeedup | None = None  # a screened recipe's speedup without the screening seed (`SCREEN_SEED`)
-    longer: dict[str, str] = field(default_factory=dict)  # method -> the cost-matched budget it needs (`_stretch`)
+    longer: dict[str, str] = field(default_factory=dict)  # method -> its cost-matched budget (`cost_matched`)
     budgets: list[str] = field(default_factory=list)  # the baseline's
     seeds: int = 1  # the baseline's: a candidate joins the recipe only once it has run all of them
     confirming: bool = False  # `to_run` is a leader to run on every seed, not candidates to screen
@@ -120,7 +130,7 @@ class Search:
             tried = "; ".join(f"{arm}: {self._shown(arm, s, 'not run yet')}" for arm, s in round_.tried)
             waiting = any(speedup is None and arm not in self.elsewhere for arm, speedup in round_.tried)
             if round_.chosen:
-                outcome = f"chose {round_.chosen}"
+                outcome = f"chose {round_.chosen}" + _gain_text(round_)
             elif round_.confirming:
                 outcome = f"{round_.confirming} leads on seed 0; it joins the recipe if it still does on all seeds"
             else:
@@ -145,7 +155,7 @@ class Search:
             why = self._why_swept(self.set_aside)
             lines += ["", f"Cyclic screens set aside: {', '.join(sorted(self.set_aside))} ({why})."]
         if self.longer:
-            lines += ["", self._longer_markdown()]
+            lines += ["", cost_matched_markdown(self.study, self.longer, self.budgets, self.seeds)]
         mild = f"`{self.mild[0]}`, {self._shown(*self.mild)}" if self.mild else "not run here"
         if self.baseline_left_out:
             read = f"The baseline is read on the {self.seeds} seeds that ran all its budgets"
@@ -181,29 +191,15 @@ class Search:
     def _shown(self, arm: str, speedup: TargetSpeedup | None, missing: str = "—") -> str:
         return speedup.format() if speedup else ELSEWHERE if arm in self.elsewhere else missing
 
-    def _longer_markdown(self) -> str:
-        """The cost-matched runs the methods that save cost per step need before they can be judged."""
-        runs = ", ".join(f"{method} at {budget}" for method, budget in self.longer.items())
-        commands = []
-        for budget in dict.fromkeys(self.longer.values()):
-            durations = ", ".join(f'"{b}"' for b in [*self.budgets, budget])
-            alone = ",".join(m for m, b in self.longer.items() if b == budget and "+" not in m)
-            together = [m for m, b in self.longer.items() if b == budget and "+" in m]  # Mild, the recipe
-            arms = [f"--arms each --methods {alone}"] if alone else []
-            arms += [f"--set 'grid.arms=[]' --set 'grid.combinations=[]' --combination {arm}" for arm in together]
-            commands += [
-                f"`cadence-bench grid {self.study} {arm} --seeds {self.seeds} --set 'durations=[{durations}]' "
-                "--data-dir ../shared/data`"
-                for arm in arms
-            ]
-        return (
-            "Cost-matched runs needed: these methods save cost per step, and their curves end below the baseline's "
-            "best accuracy while their longest run costs less than the baseline needs to reach it, so the study's "
-            "budgets never gave them the baseline's cost. Each needs a run at the budget that spends about what the "
-            f"baseline spends to reach its best accuracy ({runs}), on every seed, before its speedup can be read: "
-            + "; ".join(commands)
-            + " (the runs already recorded are skipped; only the longer budget runs)."
-        )
+
+def _gain_text(round_: Round) -> str:
+    """How much the chosen arm gained over the recipe it extends, and whether that gain is measurable."""
+    gain, recipe = round_.gain, "+".join(round_.recipe)
+    if gain is None:
+        return f" (its gain over {recipe} cannot be read: fewer than two fresh seeds, or a curve known by a bound only)"
+    measurable = gain.low is not None and gain.low > 1
+    what = "a measurable gain" if measurable else "its interval includes 1, so it joined by its point estimate"
+    return f" ({gain.format()} over {recipe}, without the screening seed: {what})"
 
 
 def _partial_screen(curve: Curve, against: Curve) -> bool:
@@ -212,28 +208,15 @@ def _partial_screen(curve: Curve, against: Curve) -> bool:
     return curve.n == 1 and not set(against.budgets) <= set(curve.budgets)
 
 
-def _saves_flops(arm: Curve, base: Curve, margin: float = 0.95) -> bool:
-    """Whether `arm` costs at most `margin` of the baseline's FLOPs at its longest budget (a saving per step,
-    which FLOPs show exactly; time would mistake the noise of one run for one)."""
-    budget = arm.budgets[-1]
-    if budget not in base.budgets or "flops" not in arm.costs or "flops" not in base.costs:
-        return False
-    spent = float(arm.costs["flops"][:, -1].mean())
-    return spent <= margin * float(base.costs["flops"][:, base.budgets.index(budget)].mean())
-
-
 def _needs_longer(search: Search, curve: Curve, base: Curve, speedup: TargetSpeedup | None) -> None:
-    """Name the cost-matched budget `curve` needs when it saves FLOPs per step yet never got the baseline's cost:
-    its longest budget stretched until it spends what the baseline spends to reach its best (`TargetSpeedup.bound`,
-    read off the mean curves of the seeds `speedup` was judged on)."""
-    if _saves_flops(curve, base) and speedup and speedup.bound is not None and speedup.bound > 1:
-        search.longer[curve.arm] = _stretch(curve.budgets[-1], speedup.bound)
-
-
-def _stretch(budget: str, factor: float) -> str:
-    """`budget` times `factor`, rounded up to a whole number of its unit (``"16ep"``, 1.9 -> ``"31ep"``)."""
-    unit = budget.lstrip("0123456789.")
-    return f"{math.ceil(budget_value(budget) * factor - 1e-9)}{unit}"
+    """Name the cost-matched budget `curve` needs, if it saves FLOPs per step yet never got the baseline's cost
+    (`cost_matched`; read off the mean curves of the seeds `speedup` was judged on)."""
+    longest = curve.budgets[-1]
+    if speedup is None or longest not in base.budgets or "flops" not in curve.costs or "flops" not in base.costs:
+        return
+    flops, base_flops = curve.costs["flops"][:, -1].mean(), base.costs["flops"][:, base.budgets.index(longest)].mean()
+    if budget := cost_matched_budget(longest, float(flops), float(base_flops), speedup.bound):
+        search.longer[curve.arm] = budget
 
 
 def grid_command(study: str, combinations: Sequence[str], seeds: int, curve: str = "sweep") -> str:
@@ -359,6 +342,8 @@ def greedy_search(
             round_.confirming, search.to_run, search.confirming = best[0], [best[0]], True
             return search
         round_.chosen = best[0]
+        round_.gain = gain_over(curves[frozenset(best[0].split("+"))], curves[frozenset(search.recipe)], base, unit,
+                                skip_seed=SCREEN_SEED)  # fmt: skip
         if len(search.recipe) > 1:  # a superseded recipe needs no cost-matched run (a single method still does)
             search.longer.pop("+".join(search.recipe), None)
         search.recipe, search.speedup = tuple(best[0].split("+")), best[1]

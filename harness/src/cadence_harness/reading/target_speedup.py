@@ -17,7 +17,7 @@ import numpy as np
 from cadence_harness.reading.tradeoff import Curve, cost_to_reach, paired_by_seed
 from cadence_harness.stats import paired_log_interval
 
-__all__ = ["QUALIFYING_SPEEDUP", "TargetSpeedup", "speedup_at_baseline_best"]
+__all__ = ["QUALIFYING_SPEEDUP", "TargetSpeedup", "gain_over", "speedup_at_baseline_best"]
 
 QUALIFYING_SPEEDUP = 1.5
 
@@ -93,10 +93,14 @@ def _ratio(base_cost: np.ndarray, base_acc: np.ndarray, cost: np.ndarray, acc: n
     return math.log(needed / float(np.min(cost))), math.inf  # less than its shortest
 
 
-def _without_seed(curve: Curve, seed: int) -> Curve:
-    keep = [i for i, s in enumerate(curve.seeds) if s != seed]
+def _on_seeds(curve: Curve, seeds: set[int]) -> Curve:
+    keep = [i for i, s in enumerate(curve.seeds) if s in seeds]
     costs = {unit: values[keep] for unit, values in curve.costs.items()}
     return dataclasses.replace(curve, seeds=[curve.seeds[i] for i in keep], accuracy=curve.accuracy[keep], costs=costs)
+
+
+def _without_seed(curve: Curve, seed: int) -> Curve:
+    return _on_seeds(curve, set(curve.seeds) - {seed})
 
 
 def speedup_at_baseline_best(
@@ -121,3 +125,33 @@ def speedup_at_baseline_best(
     bounds = [_ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i]) for i in range(len(a_acc))]
     low_end, high_end, _, _ = paired_log_interval(bounds, confidence)
     return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, low_end, high_end, at_least, arm.cyclic, bound)
+
+
+def gain_over(
+    arm: Curve, recipe: Curve, base: Curve, unit: str, confidence: float = 0.95, skip_seed: int | None = None
+) -> TargetSpeedup | None:
+    """How much faster `arm` (a recipe plus one method) reaches the baseline's best accuracy than `recipe` does:
+    the ratio of their speedups (`speedup_at_baseline_best`), with a paired t-interval over the seeds all three
+    curves share (each seed read at its baseline seed's best accuracy), less `skip_seed`. A greedy search joins a
+    method by its point estimate; this interval says whether the join's gain is measurable or within the noise.
+    None where fewer than two seeds are shared, or either mean curve gives only a bound."""
+    seeds = set(arm.seeds) & set(recipe.seeds) & set(base.seeds) - {skip_seed}
+    if len(seeds) < 2:
+        return None
+    arm, recipe, base = (_on_seeds(curve, seeds) for curve in (arm, recipe, base))
+    with_arm, with_recipe = paired_by_seed(arm, base, unit), paired_by_seed(recipe, base, unit)
+    if with_arm is None or with_recipe is None:
+        return None
+    (a_acc, a_cost, b_acc, b_cost), (r_acc, r_cost, _, _) = with_arm, with_recipe
+    a_low, a_high = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
+    r_low, r_high = _ratio(b_cost.mean(0), b_acc.mean(0), r_cost.mean(0), r_acc.mean(0))
+    if a_low != a_high or r_low != r_high:
+        return None
+    bounds = []
+    for i in range(len(seeds)):  # log(arm's speedup) - log(recipe's), each end at its safe side
+        arm_low, arm_high = _ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i])
+        recipe_low, recipe_high = _ratio(b_cost[i], b_acc[i], r_cost[i], r_acc[i])
+        bounds.append((arm_low - recipe_high, arm_high - recipe_low))
+    low, high, _, _ = paired_log_interval(bounds, confidence)
+    target = float(b_acc.mean(0).max())
+    return TargetSpeedup(arm.arm, unit, len(seeds), target, math.exp(a_low - r_low), low, high)
