@@ -103,6 +103,20 @@ def _without_seed(curve: Curve, seed: int) -> Curve:
     return _on_seeds(curve, set(curve.seeds) - {seed})
 
 
+def _log_speedups(
+    arm: Curve, base: Curve, unit: str
+) -> tuple[float, tuple[float, float], list[tuple[float, float]]] | None:
+    """(the baseline's best mean accuracy, the safe bounds of the mean curves' log speedup at it, each seed pair's
+    at its baseline seed's best), over the seeds both curves have; None where `paired_by_seed` pairs none."""
+    paired = paired_by_seed(arm, base, unit)
+    if paired is None:
+        return None
+    a_acc, a_cost, b_acc, b_cost = paired
+    mean = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
+    seeds = [_ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i]) for i in range(len(a_acc))]
+    return float(b_acc.mean(0).max()), mean, seeds
+
+
 def speedup_at_baseline_best(
     arm: Curve, base: Curve, unit: str, confidence: float = 0.95, skip_seed: int | None = None
 ) -> TargetSpeedup | None:
@@ -111,20 +125,17 @@ def speedup_at_baseline_best(
     one that screened it: reused, it would favour the candidate that led by luck)."""
     if skip_seed is not None:
         arm = _without_seed(arm, skip_seed)
-    paired = paired_by_seed(arm, base, unit)
-    if paired is None:
+    speedups = _log_speedups(arm, base, unit)
+    if speedups is None:
         return None
-    a_acc, a_cost, b_acc, b_cost = paired
-    target = float(b_acc.mean(0).max())
-    low, high = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
+    target, (low, high), bounds = speedups
     value = math.exp(low) if low == high else None
     at_least = math.exp(low) if value is None and math.isinf(high) else None
     bound = math.exp(high) if value is None and at_least is None else None
-    if len(a_acc) < 2:
+    if len(bounds) < 2:
         return TargetSpeedup(arm.arm, unit, 1, target, value, None, None, at_least, arm.cyclic, bound)
-    bounds = [_ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i]) for i in range(len(a_acc))]
     low_end, high_end, _, _ = paired_log_interval(bounds, confidence)
-    return TargetSpeedup(arm.arm, unit, len(a_acc), target, value, low_end, high_end, at_least, arm.cyclic, bound)
+    return TargetSpeedup(arm.arm, unit, len(bounds), target, value, low_end, high_end, at_least, arm.cyclic, bound)
 
 
 def gain_over(
@@ -139,19 +150,13 @@ def gain_over(
     if len(seeds) < 2:
         return None
     arm, recipe, base = (_on_seeds(curve, seeds) for curve in (arm, recipe, base))
-    with_arm, with_recipe = paired_by_seed(arm, base, unit), paired_by_seed(recipe, base, unit)
+    with_arm, with_recipe = _log_speedups(arm, base, unit), _log_speedups(recipe, base, unit)
     if with_arm is None or with_recipe is None:
         return None
-    (a_acc, a_cost, b_acc, b_cost), (r_acc, r_cost, _, _) = with_arm, with_recipe
-    a_low, a_high = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
-    r_low, r_high = _ratio(b_cost.mean(0), b_acc.mean(0), r_cost.mean(0), r_acc.mean(0))
+    (target, (a_low, a_high), arm_bounds), (_, (r_low, r_high), recipe_bounds) = with_arm, with_recipe
     if a_low != a_high or r_low != r_high:
         return None
-    bounds = []
-    for i in range(len(seeds)):  # log(arm's speedup) - log(recipe's), each end at its safe side
-        arm_low, arm_high = _ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i])
-        recipe_low, recipe_high = _ratio(b_cost[i], b_acc[i], r_cost[i], r_acc[i])
-        bounds.append((arm_low - recipe_high, arm_high - recipe_low))
+    # log(arm's speedup) - log(recipe's) on each seed (both in seed order), each end at its safe side
+    bounds = [(a[0] - r[1], a[1] - r[0]) for a, r in zip(arm_bounds, recipe_bounds)]
     low, high, _, _ = paired_log_interval(bounds, confidence)
-    target = float(b_acc.mean(0).max())
     return TargetSpeedup(arm.arm, unit, len(seeds), target, math.exp(a_low - r_low), low, high)
