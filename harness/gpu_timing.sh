@@ -12,6 +12,7 @@
 #
 #   bash harness/gpu_timing.sh --data-dir .gpu                  # from the repository root, after the set-up
 #   SEEDS=5 COMPILE=0 bash harness/gpu_timing.sh --data-dir .gpu
+#   PHASE_S=200 bash harness/gpu_timing.sh --data-dir .gpu      # each phase killed after 200 s (a short lease)
 #
 # Records go to $OUT/records (default cadence_runs/gpu_timing/records): copy them into method_cards/runs to keep
 # them. Every run records the machine start's boot_id, so runs of later starts are told apart.
@@ -23,6 +24,8 @@ COMPILE=${COMPILE:-1}
 OUT=${OUT:-cadence_runs/gpu_timing}
 mkdir -p "$OUT"
 export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-sqlite:///$PWD/$OUT/timing.db}
+# A phase cut off by PHASE_S keeps the records of the runs it finished; the next phase still runs.
+bounded() { if [[ -n ${PHASE_S:-} ]]; then timeout --signal=TERM --kill-after=10 "$PHASE_S" "$@"; else "$@"; fi; }
 common=(--in-process --seeds "$SEEDS" --records "$OUT/records" --log-dir "$OUT/logs" "$@")
 
 "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'gpu_timing.sh needs a CUDA GPU (torch.cuda.is_available() is False)')"
@@ -30,12 +33,12 @@ common=(--in-process --seeds "$SEEDS" --records "$OUT/records" --log-dir "$OUT/l
 cat /proc/sys/kernel/random/boot_id
 
 echo "== 1. host time per step (harness_step, GPU)"
-"$PY" -m cadence_harness.benchmarks.harness_step --device gpu --repeats 5 || echo "harness_step failed: $?"
+bounded "$PY" -m cadence_harness.benchmarks.harness_step --device gpu --repeats 5 || echo "harness_step failed: $?"
 echo "== 2. cifar10_fast baseline, $SEEDS seeds, eager"
-"$PY" -m cadence_harness grid cifar10_fast "${common[@]}" || echo "eager grid failed: $?"
+bounded "$PY" -m cadence_harness grid cifar10_fast "${common[@]}" || echo "eager grid failed: $?"
 if ((COMPILE)); then
   echo "== 3. the same, compiled (reduce-overhead)"
-  "$PY" -m cadence_harness grid cifar10_fast --set compile=reduce-overhead "${common[@]}" || echo "compiled grid failed: $?"
+  bounded "$PY" -m cadence_harness grid cifar10_fast --set compile=reduce-overhead "${common[@]}" || echo "compiled grid failed: $?"
 fi
 echo "== 4. spread"
 "$PY" -m cadence_harness spread cifar10_fast --records "$OUT/records"
