@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Issue 27, item 7, on one GPU machine start: can the training time of one configuration's seeds be decided with
-# (coefficient of variation <= 3 %)? One short script for a lent machine (estimated 5-8 minutes on an H100/H200;
-# not yet run on one):
+# (coefficient of variation <= 3 %)? One short script for a lent machine (4 min 15 s on an H200 with SEEDS=10,
+# 2026-11-28, before step 3a existed; harness/measurements/2026-11-28-h200-timing.md):
 #
 #   1. the harness's host time per step on the GPU (the 200 us goal), beside a hand-written loop;
 #   2. cifar10_fast's baseline, SEEDS seeds in one process (one unrecorded warm-up run first), eager;
+#  3a. one compiled epoch with torch's graph-break, recompile and CUDA-graph logs (perf_hints says when CUDA
+#      graphs were skipped, e.g. for mutated inputs): on 2026-11-28 the compiled runs computed the eager runs'
+#      accuracies to the last digit, which a compiled forward rarely does;
 #   3. the same seeds with the forward and loss compiled (torch.compile, mode "reduce-overhead": CUDA graphs, so
 #      the host launches a step's kernels in one call and a slower host start matters less); skip with COMPILE=0;
-#   4. `cadence-bench spread`: each configuration's CV with its 95 % interval, the goal's verdict, and what the
-#      slowest run was doing (training-thread CPU s per training s, gc s in training, host load, lowest SM clock).
+#   4. `cadence-bench spread`: each configuration's CV with its 95 % interval, the goal's verdict, the evaluation
+#      time's CV and the correlation of training time with the training thread's CPU time across the seeds (and
+#      from them the likely cause: host speed or device), and what the slowest run was doing (training-thread CPU
+#      s per training s, gc s in training, host load, CPU share stolen by the hypervisor, lowest SM clock).
 #
 #   bash harness/gpu_timing.sh --data-dir .gpu                  # from the repository root, after the set-up
 #   SEEDS=5 COMPILE=0 bash harness/gpu_timing.sh --data-dir .gpu
@@ -37,6 +42,11 @@ bounded "$PY" -m cadence_harness.benchmarks.harness_step --device gpu --repeats 
 echo "== 2. cifar10_fast baseline, $SEEDS seeds, eager"
 bounded "$PY" -m cadence_harness grid cifar10_fast "${common[@]}" || echo "eager grid failed: $?"
 if ((COMPILE)); then
+  echo "== 3a. is the compiled step used? (torch's logs of one compiled epoch: $OUT/compile_check.log)"
+  TORCH_LOGS="graph_breaks,recompiles,perf_hints" bounded "$PY" -m cadence_harness run cifar10_fast \
+    --set compile=reduce-overhead --duration 1ep --seeds 1 --no-progress "$@" > "$OUT/compile_check.log" 2>&1 \
+    || echo "compile check failed: $?"
+  grep -iE "graph break|recompil|cudagraph" "$OUT/compile_check.log" | sort | uniq -c | sort -rn | head -12 || true
   echo "== 3. the same, compiled (reduce-overhead)"
   bounded "$PY" -m cadence_harness grid cifar10_fast --set compile=reduce-overhead "${common[@]}" || echo "compiled grid failed: $?"
 fi

@@ -117,3 +117,29 @@ def test_two_configurations_of_one_arm_and_budget_are_named_by_what_differs() ->
     assert sorted(s.settings for s in found) == ["compile=False", "compile=reduce-overhead"]
     assert "| baseline (compile=reduce-overhead) | 10ep | 3 | 2.10 |" in format_spreads(found)
     assert spreads(eager)[0].settings == ""  # alone, nothing to tell apart
+
+
+def _timed(seed: int, train_s: float, thread_cpu_s: float, eval_s: float) -> RunRecord:
+    run = _record("baseline", seed, train_s, boot="aaaa1111")
+    run.metrics.update({"final/main_thread_cpu_s": thread_cpu_s, "final/eval_s": eval_s})
+    return run
+
+
+def test_the_likely_cause_is_the_hosts_speed_when_time_follows_the_thread_cpu_and_evaluation_holds() -> None:
+    # the H200 start of 2026-11-28 in miniature: the same work, different thread CPU time, a steady evaluation
+    trains = [2.94, 3.03, 3.08, 3.13, 3.26, 3.40, 3.75]
+    host_bound = [_timed(s, t, t - 1.0 + 0.01 * (s % 2), 0.892 + 0.001 * (s % 3)) for s, t in enumerate(trains)]
+    (spread,) = spreads(host_bound)
+    assert spread.thread_cpu_r is not None and spread.thread_cpu_r > 0.99
+    assert spread.eval_cv is not None and spread.eval_cv < 0.002
+    assert spread.likely_cause == "host speed"
+    table = format_spreads([spread])
+    assert "| missed | 0.1% | 1.00 | host speed |" in table and "1 of them host-bound" in table
+    # evaluation slows with training: the device (a throttled card) is the likelier cause
+    device = [_timed(s, t, 2.0, 0.3 * t) for s, t in enumerate(trains)]
+    assert spreads(device)[0].likely_cause == "device" and spreads(device)[0].thread_cpu_r is None  # constant CPU
+    # time unrelated to the thread's CPU and a steady evaluation: no cause is named
+    unrelated = [_timed(s, t, 2.0 + 0.1 * ((s * 3) % 7), 0.892) for s, t in enumerate(trains)]
+    assert spreads(unrelated)[0].likely_cause == "-"
+    # records without evaluation times (older ones): nothing is claimed
+    assert spreads([_record("baseline", s, t, boot="b") for s, t in enumerate(trains)])[0].likely_cause == "-"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -122,6 +123,9 @@ def test_the_machine_probe_reads_the_host_load_at_evaluations_and_at_the_end() -
     assert load == -1.0 or 0 <= load < 1000
     summary = timer.summary(torch.device("cpu"))
     assert summary.get("final/host_load", 0.0) == max(timer.probe.loads)
+    assert len(timer.probe.speeds_us) == 3 and summary["final/host_speed_us"] == sorted(timer.probe.speeds_us)[1]
+    if os.path.exists("/proc/stat"):
+        assert 0.0 <= summary["final/host_steal_frac"] <= 1.0
     assert not any(key.startswith("final/gpu_") for key in summary)  # no GPU readings on the CPU
     probe = MachineProbe(torch.device("cpu"), loads=[0.2, -1.0], gpu=[(1980.0, 50.0, 300.0), (1500.0, 70.0, 500.0)])
     assert probe.summary() == {
@@ -130,3 +134,32 @@ def test_the_machine_probe_reads_the_host_load_at_evaluations_and_at_the_end() -
         "final/gpu_temperature_max_c": 70.0,
         "final/gpu_power_mean_w": 400.0,
     }
+
+
+def test_the_host_steal_share_is_the_steal_ticks_over_all_ticks_between_the_fits_start_and_the_last_reading(
+    tmp_path: Any,
+) -> None:
+    from cadence_harness.running.machine_probe import MachineProbe, steal_ticks
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 50 0 25 400 5 0 2 18 0 0\n")
+    assert steal_ticks(str(stat)) == (35, 1000)
+    stat.write_text("intr 1 2 3\n")
+    assert steal_ticks(str(stat)) is None
+    assert steal_ticks(str(tmp_path / "missing")) is None
+    probe = MachineProbe(torch.device("cpu"), steal_at_start=(35, 1000), steal_at_end=(95, 1400))
+    assert probe.summary() == {"final/host_steal_frac": 60 / 400}
+    assert "final/host_steal_frac" not in MachineProbe(torch.device("cpu"), steal_at_start=None).summary()
+
+
+def test_the_host_speed_reading_times_a_fixed_piece_of_python_work() -> None:
+    from cadence_harness.running import machine_probe
+
+    one = machine_probe.host_speed_us(repeats=1)
+    original = machine_probe.SPEED_WORK
+    try:
+        machine_probe.SPEED_WORK = original * 20
+        twenty = machine_probe.host_speed_us(repeats=1)
+    finally:
+        machine_probe.SPEED_WORK = original
+    assert 0 < one < twenty  # the reading scales with the work, so it is the host's speed at that work

@@ -9,9 +9,18 @@ it gives the coefficient of variation of ``final/train_s`` with a 95 % interval 
 goal: *met* when the whole interval is at or below it, *missed* when the whole interval is above it, else
 *inconclusive*. Five seeds cannot show a spread of 3 % is under 3 %; ten seeds of a steady configuration can.
 
-Beside it, what the slowest run was doing, so that a spread can be traced to its cause: its training thread's CPU
-seconds per training second (near 1 on a GPU: the host is the bottleneck, and a slower host start is a slower
-run), its seconds in Python's garbage collector inside training, its host load and on a GPU its lowest SM clock.
+Beside it, what moves the time, so that a spread can be traced to its cause:
+
+* across the seeds: the coefficient of variation of the evaluation time (the same device work without the
+  training loop's host: if it holds while training varies, the device ran steadily), and the correlation of the
+  training time with the training thread's CPU time (near 1: the run is host-bound and the host ran the same
+  instructions at different speeds; on one H200 start r = 0.99 with evaluation at 0.2 %,
+  harness/measurements/2026-11-28-h200-timing.md). From these two, a *likely cause*: ``host speed`` (r >= 0.8
+  and evaluation under a third of training's CV), ``device`` (evaluation varies at least half as much as
+  training), else ``-``;
+* the slowest run: its training thread's CPU seconds per training second, its seconds in Python's garbage
+  collector inside training, its host load, the share of the host's CPU stolen by the hypervisor, and on a GPU
+  its lowest SM clock.
 
 The interval: a chi-square interval for the standard deviation, ``s · sqrt((n-1) / chi2)``, divided by the mean.
 It assumes normal noise and ignores the mean's own uncertainty (small beside the spread's for these sizes);
@@ -34,7 +43,11 @@ __all__ = ["GOAL", "Spread", "cv_interval", "format_spreads", "spreads"]
 
 GOAL = 0.03  # issue 27: training time of one configuration's seeds within 3 %
 UNRECORDED = "unrecorded"
-HEADER = "| arm | budget | n | median train s | CV | max/min | goal | slowest: cpu/train | gc s | load | SM MHz |"
+HEADER = (
+    "| arm | budget | n | median train s | CV | max/min | goal | eval CV | r: thread CPU | likely cause "
+    "| slowest: cpu/train | gc s | load | steal | SM MHz |"
+)
+HOST_BOUND_R = 0.8  # training time this correlated with the training thread's CPU time: the host sets the pace
 _NOT_SETTINGS = {"seed", "config_hash", "git_sha", *MACHINE_PARAMS}  # per run, machine or software: not settings
 START_GAP_S = 120.0  # GPU records without a boot_id: a longer pause between runs' ends is another machine start
 
@@ -66,6 +79,19 @@ class Spread:
     cv: Interval
     slowest: RunRecord
     settings: str = ""  # what sets it apart from another configuration of the same arm and budget there
+    eval_cv: float | None = None  # of final/eval_s across the seeds, where every run evaluated
+    thread_cpu_r: float | None = None  # Pearson r of train_s with main_thread_cpu_s across the seeds
+
+    @property
+    def likely_cause(self) -> str:
+        """``host speed``, ``device`` or ``-`` (see the module docstring)."""
+        if self.eval_cv is None or not self.cv.mean > 0:
+            return "-"
+        if self.eval_cv >= self.cv.mean / 2:
+            return "device"
+        if self.thread_cpu_r is not None and self.thread_cpu_r >= HOST_BOUND_R and self.eval_cv < self.cv.mean / 3:
+            return "host speed"
+        return "-"
 
     @property
     def verdict(self) -> str:
@@ -119,9 +145,38 @@ def spreads(runs: Iterable[RunRecord], min_seeds: int = 3) -> list[Spread]:
         members.sort(key=lambda run: run.seed)
         times = tuple(run.metrics["final/train_s"] for run in members)
         slowest = max(members, key=lambda run: run.metrics["final/train_s"])
-        found.append(Spread(machine, start, members[0].arm, members[0].budget, times, cv_interval(times), slowest))
+        found.append(
+            Spread(
+                machine,
+                start,
+                members[0].arm,
+                members[0].budget,
+                times,
+                cv_interval(times),
+                slowest,
+                eval_cv=_eval_cv(members),
+                thread_cpu_r=_correlation(members, "final/main_thread_cpu_s"),
+            )
+        )
     found = _named_apart(found)
     return sorted(found, key=lambda s: (s.machine, s.start, s.arm != "baseline", s.arm, budget_value(s.budget)))
+
+
+def _eval_cv(members: Sequence[RunRecord]) -> float | None:
+    values = [run.metrics.get("final/eval_s", 0.0) for run in members]
+    return statistics.stdev(values) / statistics.fmean(values) if min(values) > 0 else None
+
+
+def _correlation(members: Sequence[RunRecord], metric: str) -> float | None:
+    """Pearson r of the runs' training times with `metric`; None where a run lacks it or either is constant."""
+    values = [run.metrics.get(metric) for run in members]
+    if any(value is None for value in values):
+        return None
+    times = [run.metrics["final/train_s"] for run in members]
+    try:
+        return statistics.correlation(times, values)  # type: ignore[arg-type]
+    except statistics.StatisticsError:  # a constant column
+        return None
 
 
 def _named_apart(found: list[Spread]) -> list[Spread]:
@@ -151,6 +206,7 @@ def _cause(run: RunRecord) -> str:
         parts.append("-")
     parts.append(f"{final['final/gc_s']:.3f}" if "final/gc_s" in final else "-")
     parts.append(f"{final['final/host_load']:.2f}" if "final/host_load" in final else "-")
+    parts.append(f"{final['final/host_steal_frac']:.1%}" if "final/host_steal_frac" in final else "-")
     parts.append(f"{final['final/gpu_sm_clock_min_mhz']:.0f}" if "final/gpu_sm_clock_min_mhz" in final else "-")
     return " | ".join(parts)
 
@@ -161,23 +217,26 @@ def format_spreads(found: Sequence[Spread]) -> str:
         return "No configuration has 3 or more seeds on one machine start."
     lines = [
         f"Training time across seeds of one configuration (goal: coefficient of variation <= {GOAL:.0%}; "
-        "95 % interval; the slowest run's training-thread CPU s per training s, gc s in training, host load, "
-        "lowest SM MHz)",
+        "95 % interval; across the seeds: evaluation time's CV and the correlation of training time with the "
+        "training thread's CPU time; the slowest run's training-thread CPU s per training s, gc s in training, "
+        "host load, CPU share stolen by the hypervisor, lowest SM MHz)",
     ]
     by_start: dict[tuple[str, str], list[Spread]] = defaultdict(list)
     for spread in found:
         by_start[(spread.machine, spread.start)].append(spread)
     for (machine, start), rows in by_start.items():
         lines += ["", f"### {machine}, machine start {start}", ""]
-        lines += [HEADER, "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [HEADER, "|---" * HEADER.count(" | ") + "|---|"]
         for s in rows:
             cv = s.cv.format(scale=100, digits=1, suffix=" %")
             ratio = max(s.train_s) / min(s.train_s)
             median = statistics.median(s.train_s)
             arm = f"{s.arm} ({s.settings})" if s.settings else s.arm
+            eval_cv = f"{s.eval_cv:.1%}" if s.eval_cv is not None else "-"
+            r = f"{s.thread_cpu_r:.2f}" if s.thread_cpu_r is not None else "-"
             lines.append(
-                f"| {arm} | {s.budget} | {s.cv.n} | {median:.2f} | {cv} | {ratio:.3f} | {s.verdict} | "
-                f"{_cause(s.slowest)} |"
+                f"| {arm} | {s.budget} | {s.cv.n} | {median:.2f} | {cv} | {ratio:.3f} | {s.verdict} | {eval_cv} | {r} "
+                f"| {s.likely_cause} | {_cause(s.slowest)} |"
             )
     counts = {verdict: sum(s.verdict == verdict for s in found) for verdict in ("met", "inconclusive", "missed")}
     median_cv = statistics.median(s.cv.mean for s in found)
@@ -186,4 +245,11 @@ def format_spreads(found: Sequence[Spread]) -> str:
         f"{len(found)} configurations: goal met {counts['met']}, inconclusive {counts['inconclusive']}, missed "
         f"{counts['missed']}; median CV {median_cv:.1%}.",
     ]
+    host_speed = sum(s.likely_cause == "host speed" for s in found)
+    if host_speed:
+        lines.append(
+            f"{host_speed} of them host-bound on a host of varying speed: training time follows the training "
+            "thread's CPU time for the same work while evaluation holds. Only a step whose host work is well "
+            "below the device's (CUDA graphs, fewer and larger kernels) hides that; the harness cannot remove it."
+        )
     return "\n".join(lines)

@@ -5,16 +5,28 @@ does (harness/measurements/2026-11-26-h200-study-seeds-1-2.md): a loop near host
 host, while a throttled device would slow evaluation too. These readings let a record say which it was.
 Each is read outside the timed region (at evaluations and at the end of fit) and never synchronises the
 device: NVML answers from the driver. Without NVML (the ``nvidia-ml-py`` package) the GPU readings are absent.
+
+On a GPU the training loop can be host-bound: then its time follows how fast the host runs the same
+instructions, which a shared VM changes from run to run (one H200 start: the training thread's CPU time for
+identical work moved by 8 % between seeds and training time followed it, r = 0.99;
+harness/measurements/2026-11-28-h200-timing.md). Two readings say how fast the host was: the time a fixed
+piece of pure-Python work takes at each reading (``final/host_speed_us``, the median; lower is faster), and
+the share of the host's CPU time the hypervisor gave to other guests over the fit (``final/host_steal_frac``,
+from ``/proc/stat``; Linux only).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["MachineProbe", "host_load"]
+__all__ = ["MachineProbe", "host_load", "host_speed_us", "steal_ticks"]
+
+SPEED_WORK = 20_000  # loop iterations of `host_speed_us`: about 0.3-1 ms of one core
 
 
 def host_load() -> float:
@@ -23,6 +35,33 @@ def host_load() -> float:
         return os.getloadavg()[0] / (os.cpu_count() or 1)
     except (AttributeError, OSError):  # not on every platform
         return -1.0
+
+
+def host_speed_us(repeats: int = 3) -> float:
+    """Microseconds a fixed piece of pure-Python work takes on this thread (the best of `repeats`): the
+    interpreter's speed on this host right now, which is what a host-bound training step runs at."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total = 0
+        for i in range(SPEED_WORK):
+            total += i & 7
+        best = min(best, time.perf_counter() - start)
+    return best * 1e6
+
+
+def steal_ticks(stat_path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, total) clock ticks of all CPUs since boot from the ``cpu`` line of /proc/stat (user nice system
+    idle iowait irq softirq steal ...); None where there is no such file (not Linux) or no steal column."""
+    try:
+        with open(stat_path) as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(value) for value in fields[1:9]]  # guest time is already inside user time
+    return ticks[7], sum(ticks)
 
 
 def _gpu_reading(device: torch.device) -> tuple[float, float, float] | None:
@@ -44,21 +83,38 @@ class MachineProbe:
     device: torch.device
     loads: list[float] = field(default_factory=list)
     gpu: list[tuple[float, float, float]] = field(default_factory=list)
+    speeds_us: list[float] = field(default_factory=list)
+    steal_at_start: tuple[int, int] | None = None
+    steal_at_end: tuple[int, int] | None = None
+
+    def start(self) -> None:
+        """At the fit's start, before its clocks: where the host's steal counter stands."""
+        self.steal_at_start = steal_ticks()
 
     def read(self) -> None:
         self.loads.append(host_load())
+        self.speeds_us.append(host_speed_us())
+        if self.steal_at_start is not None:
+            self.steal_at_end = steal_ticks()
         if self.device.type == "cuda":
             reading = _gpu_reading(self.device)
             if reading is not None:
                 self.gpu.append(reading)
 
     def summary(self) -> dict[str, float]:
-        """``host_load`` (the highest reading: a busy stretch is what slows a run), and on a GPU the lowest SM
-        clock, the highest temperature and the mean power of the readings."""
+        """``host_load`` (the highest reading: a busy stretch is what slows a run), the host's speed (median) and
+        steal share over the fit, and on a GPU the lowest SM clock, the highest temperature and the mean power."""
         out: dict[str, float] = {}
         loads = [load for load in self.loads if load >= 0]
         if loads:
             out["final/host_load"] = max(loads)
+        if self.speeds_us:
+            out["final/host_speed_us"] = statistics.median(self.speeds_us)
+        if self.steal_at_start is not None and self.steal_at_end is not None:
+            steal = self.steal_at_end[0] - self.steal_at_start[0]
+            total = self.steal_at_end[1] - self.steal_at_start[1]
+            if total > 0:
+                out["final/host_steal_frac"] = steal / total
         if self.gpu:
             clocks, temperatures, powers = zip(*self.gpu)
             out["final/gpu_sm_clock_min_mhz"] = min(clocks)

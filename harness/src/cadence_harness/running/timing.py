@@ -17,8 +17,9 @@ immune: torch's OpenMP threads can spin while they wait for a descheduled siblin
 time. DataLoader worker processes are not included (the default tensor loader has none). The training
 thread's own CPU time is kept apart (``final/main_thread_cpu_s``): on a GPU it is the host work that feeds
 the device. `MachineProbe` reads the host's load and the GPU's clock, temperature and power at each
-evaluation and at the end (``final/host_load``, ``final/gpu_*``), so that a slow run can be told apart as
-a busy host or a throttled device. Python's garbage collector runs one full collection as the fit starts,
+evaluation and at the end (``final/host_load``, ``final/gpu_*``), and how fast the host ran
+(``final/host_speed_us``, ``final/host_steal_frac``), so that a slow run can be told apart as a busy or slow
+host or a throttled device. Python's garbage collector runs one full collection as the fit starts,
 before the clocks, and every collection inside the training clock is timed (``final/gc_*``;
 `cadence_harness.running.collector`).
 """
@@ -144,6 +145,7 @@ class RunTimer(Callback):
         self.collector.start(collect_first=True)  # before the clocks: the collection building the run made due
         self._state = state  # `time_apart` reads the sample count from it
         self.probe = MachineProbe(state.device)
+        self.probe.start()
         if state.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(state.device)
         self._wall_start = time.perf_counter()
