@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from cadence.loggers import MLFlowLogger
 from cadence.registry import registry
@@ -234,3 +237,29 @@ def fit_linear(callbacks: Sequence[Any], batches: int = 4, evaluate: bool = True
 def linear_fit() -> Any:
     """`fit_linear(callbacks, batches=4, evaluate=True)`: a tiny classifier's fit with these callbacks."""
     return fit_linear
+
+
+def write_jpeg_archive(folder: Path, train: int = 96, test: int = 32) -> Path:
+    """A cifar10_jpeg.npz in the real file's layout (see shared/data/README.md): smooth random 32x32 images as
+    JPEG q75, every eighth one greyscale (decoded to RGB like the rest)."""
+    rng = np.random.default_rng(0)
+    arrays: dict[str, np.ndarray] = {"classes": np.array([f"class{i}" for i in range(10)])}
+    for split, count in (("train", train), ("test", test)):
+        jpegs = []
+        for i, coarse in enumerate(rng.integers(0, 256, size=(count, 8, 8, 3), dtype=np.uint8)):
+            image = Image.fromarray(coarse).resize((32, 32), Image.Resampling.BILINEAR)
+            handle = io.BytesIO()
+            (image.convert("L") if i % 8 == 7 else image).save(handle, format="JPEG", quality=75)
+            jpegs.append(np.frombuffer(handle.getvalue(), dtype=np.uint8))
+        arrays[f"jpeg_{split}"] = np.concatenate(jpegs)
+        arrays[f"offsets_{split}"] = np.cumsum([0] + [len(j) for j in jpegs], dtype=np.int64)
+        arrays[f"y_{split}"] = np.arange(count, dtype=np.int64) % 10
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "cifar10_jpeg.npz", **arrays)
+    return folder
+
+
+@pytest.fixture
+def jpeg_archive() -> Any:
+    """`write_jpeg_archive(folder, train=96, test=32)`: a small cifar10_jpeg.npz in the real file's layout."""
+    return write_jpeg_archive

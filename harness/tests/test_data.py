@@ -161,26 +161,6 @@ def test_the_dataloader_option_yields_floats_in_unit_range() -> None:
 
 
 # CIFAR-10 from its JPEG archive, and the cache of decoded images ------------------------------------------------
-def _write_jpeg_archive(folder: Path, train: int = 96, test: int = 32) -> Path:
-    """A cifar10_jpeg.npz in the real file's layout (see shared/data/README.md): smooth random 32x32 images as
-    JPEG q75, every eighth one greyscale (decoded to RGB like the rest)."""
-    rng = np.random.default_rng(0)
-    arrays: dict[str, np.ndarray] = {"classes": np.array([f"class{i}" for i in range(10)])}
-    for split, count in (("train", train), ("test", test)):
-        jpegs = []
-        for i, coarse in enumerate(rng.integers(0, 256, size=(count, 8, 8, 3), dtype=np.uint8)):
-            image = Image.fromarray(coarse).resize((32, 32), Image.Resampling.BILINEAR)
-            handle = io.BytesIO()
-            (image.convert("L") if i % 8 == 7 else image).save(handle, format="JPEG", quality=75)
-            jpegs.append(np.frombuffer(handle.getvalue(), dtype=np.uint8))
-        arrays[f"jpeg_{split}"] = np.concatenate(jpegs)
-        arrays[f"offsets_{split}"] = np.cumsum([0] + [len(j) for j in jpegs], dtype=np.int64)
-        arrays[f"y_{split}"] = np.arange(count, dtype=np.int64) % 10
-    folder.mkdir(parents=True, exist_ok=True)
-    np.savez(folder / "cifar10_jpeg.npz", **arrays)
-    return folder
-
-
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty decoded-data cache of this test's own."""
@@ -189,10 +169,10 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(params=["generated", "real"])
-def cifar10_folder(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+def cifar10_folder(request: pytest.FixtureRequest, tmp_path: Path, jpeg_archive: Any) -> Path:
     """A folder holding cifar10_jpeg.npz: a small generated one (always), or the real one (skipped when absent)."""
     if request.param == "generated":
-        return _write_jpeg_archive(tmp_path / "generated")
+        return jpeg_archive(tmp_path / "generated")
     _skip_unless("cifar10", ["cifar10_jpeg.npz"])
     return data.find_dataset_files("cifar10", ["cifar10_jpeg.npz"], None)
 
@@ -220,12 +200,12 @@ def test_cifar10_decodes_to_pillows_pixels_once_then_reads_the_cache(cifar10_fol
     assert sorted(cache.iterdir()) == files and [f.stat().st_mtime_ns for f in files] == stamps  # read, not rewritten
 
 
-def test_the_cache_key_follows_the_archive_and_the_count(tmp_path: Path, cache: Path) -> None:
-    folder = _write_jpeg_archive(tmp_path / "source")
+def test_the_cache_key_follows_the_archive_and_the_count(tmp_path: Path, cache: Path, jpeg_archive: Any) -> None:
+    folder = jpeg_archive(tmp_path / "source")
     data.load_dataset("cifar10", data_dir=folder, subset=10, eval_subset=10)
     data.load_dataset("cifar10", data_dir=folder, subset=12, eval_subset=None)  # None: the whole split (32)
     assert len(list(cache.glob("cifar10-train-*.npy"))) == 2 and len(list(cache.glob("cifar10-test-32-*"))) == 1
-    _write_jpeg_archive(folder, train=40)  # a new archive at the same path: new files, never the old pixels
+    jpeg_archive(folder, train=40)  # a new archive at the same path: new files, never the old pixels
     changed = data.load_dataset("cifar10", data_dir=folder, subset=12)
     assert len(list(cache.glob("cifar10-train-12-*.npy"))) == 2
     assert torch.equal(changed.train_x, _pillow_decode(folder, "train", 12))
@@ -236,8 +216,10 @@ def test_the_cache_key_follows_the_archive_and_the_count(tmp_path: Path, cache: 
 @pytest.mark.parametrize(
     "damage", [lambda raw: raw[: len(raw) // 2], lambda raw: b"", lambda raw: raw[:64] + b"\0" * (len(raw) - 64)]
 )
-def test_a_truncated_or_damaged_cache_is_never_read_as_complete(tmp_path: Path, cache: Path, damage: Any) -> None:
-    folder = _write_jpeg_archive(tmp_path / "source")
+def test_a_truncated_or_damaged_cache_is_never_read_as_complete(
+    tmp_path: Path, cache: Path, damage: Any, jpeg_archive: Any
+) -> None:
+    folder = jpeg_archive(tmp_path / "source")
     expected = data.load_dataset("cifar10", data_dir=folder, subset=20, eval_subset=8)
     (cached,) = cache.glob("cifar10-train-*.npy")
     cached.write_bytes(damage(cached.read_bytes()))
@@ -308,9 +290,11 @@ def test_four_processes_on_a_cold_cache_all_get_the_same_pixels(cifar10_folder: 
     assert sorted(f.suffix for f in cache.iterdir()) == [".npy"] * (2 * len(counts))  # no temporary file left
 
 
-def test_the_data_cache_benchmark_runs_on_a_small_archive(tmp_path: Path, cache: Path, capsys: Any) -> None:
+def test_the_data_cache_benchmark_runs_on_a_small_archive(
+    tmp_path: Path, cache: Path, capsys: Any, jpeg_archive: Any
+) -> None:
     from cadence_harness.benchmarks import datacache
 
-    datacache.main(["--data-dir", str(_write_jpeg_archive(tmp_path / "source")), "--count", "8", "--repeats", "1"])
+    datacache.main(["--data-dir", str(jpeg_archive(tmp_path / "source")), "--count", "8", "--repeats", "1"])
     printed = capsys.readouterr().out
     assert "8 images" in printed and "largest pixel difference: 0" in printed and "np.load (.npy)" in printed

@@ -10,7 +10,15 @@ import torch
 import torch.nn.functional as F
 
 from cadence_harness.running import run, text_loaders
-from cadence_harness.running.loaders import FlipCrop, TensorLoader, batch_crop, batch_flip_lr, make_augment
+from cadence_harness.running.loaders import (
+    AlternatingFlipTranslate,
+    FlipCrop,
+    TensorLoader,
+    alternating_flip,
+    batch_crop,
+    batch_flip_lr,
+    make_augment,
+)
 from cadence_harness.running.text_loaders import LengthBucketLoader, encoded_texts
 
 
@@ -54,6 +62,41 @@ def test_the_loader_gathers_the_batches_flip_then_crop_would_make(kind: str, dty
     for (images, labels), (expected, expected_labels) in pairs:
         assert images.dtype == torch.float32 and torch.equal(images, expected) and torch.equal(labels, expected_labels)
     assert not torch.equal(pairs[0][0][0], x[pairs[0][0][1]].float() / (255 if dtype == torch.uint8 else 1))
+
+
+class _AlternatingOnTheBatch:
+    """airbench's augmentation as it ran before `gather`: on the gathered batch, flip then translate."""
+
+    positional = True
+
+    def __init__(self, padding: int, seed: int) -> None:
+        self.padding, self.seed = padding, seed
+
+    def __call__(self, images: torch.Tensor, generator: Any, *, index: torch.Tensor, epoch: int) -> torch.Tensor:
+        return batch_crop(alternating_flip(images, index, epoch, self.seed), self.padding, generator)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_the_alternating_flip_and_translate_gathers_the_batches_the_batch_path_made(dtype: torch.dtype) -> None:
+    x = torch.randint(0, 256, (23, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(2)).to(dtype)
+    y = torch.arange(23)
+    augment = make_augment("alt_flip_translate", 16, seed=3)
+    assert isinstance(augment, AlternatingFlipTranslate) and augment.padding == 1
+    fused = TensorLoader((x, y), batch_size=5, shuffle=True, drop_last=True, seed=4, augment=augment)
+    plain = TensorLoader(
+        (x, y), batch_size=5, shuffle=True, drop_last=True, seed=4, augment=_AlternatingOnTheBatch(1, 3)
+    )
+    pairs = [(a, b) for _ in range(3) for a, b in zip(fused, plain)]  # epochs 0, 1, 2: both parities of the flip
+    assert len(pairs) == 12
+    for (images, labels), (expected, expected_labels) in pairs:
+        assert images.dtype == torch.float32 and torch.equal(images, expected) and torch.equal(labels, expected_labels)
+    # the gather alone, from a new dataset (the tables follow it), against the batch path
+    z = torch.rand(9, 2, 8, 8, generator=torch.Generator().manual_seed(5))
+    index = torch.tensor([8, 0, 3, 3])
+    for epoch in (0, 1):
+        got = augment.gather(z, index, torch.Generator().manual_seed(epoch), epoch=epoch)
+        want = augment(z[index], torch.Generator().manual_seed(epoch), index=index, epoch=epoch)
+        assert torch.equal(got, want)
 
 
 def test_flip_crop_follows_the_dataset_it_is_given() -> None:

@@ -1,11 +1,22 @@
-"""Run every benchmark: start-up, trainer overhead, the harness's host time per step, the loaders alone,
-augmentation, model surgery, the compiled step, memory per rank under FSDP2."""
+"""Run every benchmark: start-up, trainer overhead, the harness's host time per step, the operations a real
+recipe's step dispatches, the loaders alone, augmentation, model surgery, the compiled step, memory per rank
+under FSDP2."""
 
 from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("startup", "overhead", "harness_step", "loader_rate", "augment", "surgery", "compiled", "sharded_memory")
+BENCHMARKS = (
+    "startup",
+    "overhead",
+    "harness_step",
+    "step_ops",
+    "loader_rate",
+    "augment",
+    "surgery",
+    "compiled",
+    "sharded_memory",
+)
 
 
 def main() -> None:

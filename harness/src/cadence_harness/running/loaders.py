@@ -76,17 +76,43 @@ def alternating_flip(images: torch.Tensor, index: torch.Tensor, epoch: int, seed
 
 class AlternatingFlipTranslate:
     """``augment = "alt_flip_translate"``: `alternating_flip`, then a random translation of up to `padding`
-    pixels (a reflect-padded random crop; airbench: 2 pixels at 32 px). Needs each sample's dataset index."""
+    pixels (a reflect-padded random crop; airbench: 2 pixels at 32 px). Needs each sample's dataset index.
+
+    `TensorLoader` calls `gather`, which makes the same batch (the same draws, the same pixels) in one copy
+    from `FlipCrop`'s padded and mirrored dataset: each sample's mirror bit is a function of its index and the
+    epoch's parity, so which source image a sample reads is looked up in a table built once per parity. A
+    batch then costs about ten small kernels instead of forty (`benchmarks.step_ops`): on a GPU whose step is
+    host-bound, each kernel launch is host time.
+    """
 
     positional = True  # TensorLoader passes index and epoch
 
     def __init__(self, padding: int, seed: int):
         self.padding, self.seed = padding, seed
+        self._windows = FlipCrop(padding)
+        self._sources: tuple[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __call__(
         self, images: torch.Tensor, generator: torch.Generator | None, *, index: torch.Tensor, epoch: int
     ) -> torch.Tensor:
         return batch_crop(alternating_flip(images, index, epoch, self.seed), self.padding, generator)
+
+    def gather(
+        self, images: torch.Tensor, index: torch.Tensor, generator: torch.Generator | None, *, epoch: int
+    ) -> torch.Tensor:
+        """``self(images[index], generator, index=index, epoch=epoch)`` for a dataset of `images`, in one copy."""
+        return self._windows.select(images, self._source_table(images, epoch % 2).index_select(0, index), generator)
+
+    def _source_table(self, images: torch.Tensor, parity: int) -> torch.Tensor:
+        """For every sample of the dataset, the source image it reads in an epoch of this parity: itself, or its
+        mirrored copy (which `FlipCrop.select` places `len(images)` further on)."""
+        key = (images.data_ptr(), tuple(images.shape), images.device, self.seed)
+        if self._sources is None or self._sources[0] != key:
+            count = images.shape[0]
+            every = torch.arange(count, device=images.device)
+            bits = ((every * 2654435761 + self.seed * 40503 + 12345) >> 15) & 1  # `alternating_flip`'s hash
+            self._sources = (key, (every + bits * count, every + (bits ^ 1) * count))
+        return self._sources[1][parity]
 
 
 def make_augment(kind: str, image_size: int, seed: int = 0) -> Callable[..., torch.Tensor] | None:
@@ -138,12 +164,16 @@ class FlipCrop:
     def gather(self, images: torch.Tensor, index: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """``self(images[index], generator)`` for a dataset of `images` (N, C, H, W), in one copy (and a dozen
         small kernels, no host sync)."""
+        flip = torch.rand(len(index), 1, 1, 1, device=images.device, generator=generator) < 0.5  # as batch_flip_lr
+        return self.select(images, index + flip.view(-1) * images.shape[0], generator)
+
+    def select(self, images: torch.Tensor, source: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """Random crops (as `batch_crop` draws them) of source images `source`: sample ``i`` of `images` is
+        source ``i``, its mirror image is source ``i + len(images)``."""
         windows, rows, channels = self._prepared(images)
-        n, (count, c, h, w) = len(index), images.shape
+        n, (_, c, h, w) = len(source), images.shape
         device, p = images.device, self.padding
-        flip = torch.rand(n, 1, 1, 1, device=device, generator=generator) < 0.5  # as batch_flip_lr, then batch_crop
-        sample = (index + flip.view(-1) * count) * (c * h * (w + 2 * p))  # the mirrored copy of the flipped ones
-        starts = sample[:, None, None] + channels  # (n, C, 1)
+        starts = (source * (c * h * (w + 2 * p)))[:, None, None] + channels  # (n, C, 1)
         if p:
             dy = torch.randint(0, 2 * p + 1, (n,), device=device, generator=generator)
             dx = torch.randint(0, 2 * p + 1, (n, 1, 1), device=device, generator=generator)
@@ -270,9 +300,10 @@ class TensorLoader:
                 items = [t[:, :longest] if t.ndim == 2 else t for t in items]
             return dict(zip(self.keys, items))
         gather = getattr(self.augment, "gather", None)  # the augmented batch straight from the dataset, in one copy
+        positional = {"epoch": self._epoch_now} if getattr(self.augment, "positional", False) else {}
         images = self.tensors[0]
         if gather:
-            images = gather(images, device_index, self._generator)
+            images = gather(images, device_index, self._generator, **positional)
         elif not self.shuffle and images.dtype == torch.uint8 and len(index):  # in order: rows a..b, a view that
             images = images[int(index[0]) : int(index[-1]) + 1]  # div(255) below copies (index is on the host)
         else:
@@ -280,8 +311,8 @@ class TensorLoader:
         rest = [t.index_select(0, device_index) for t in self.tensors[1:]]
         if images.dtype == torch.uint8:
             images = images.div(255)  # one kernel: a float32 result
-        if getattr(self.augment, "positional", False):
-            images = self.augment(images, self._generator, index=device_index, epoch=self._epoch_now)
+        if self.augment is not None and gather is None and positional:  # a positional one without `gather`
+            images = self.augment(images, self._generator, index=device_index, **positional)
         elif self.augment is not None and gather is None:
             images = self.augment(images, self._generator)
         if self.channels_last:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,8 +259,10 @@ def execute(
     tags: dict[str, str] | None = None,
     run_id_file: str | Path | None = None,
     microbatch_size: int | None = None,
+    observers: Sequence[Any] = (),
 ) -> RunResult:
-    """Train `spec` and log it to MLflow; returns the run id and the final metrics.
+    """Train `spec` and log it to MLflow; returns the run id and the final metrics. `observers`: callbacks
+    added after the harness's own (a profiler, `benchmarks.step_ops`'s op counter); they see, not change.
 
     Data, model and methods are built, and every method asked whether it applies to them, before the
     MLflow run exists: an input that cannot work raises (`RecipeError`, `NotApplicableError`) and
@@ -282,7 +285,7 @@ def execute(
     check_applicable(zip(spec.arm, algorithms), model, sample_batch(data.train, data.eval, device))
     timer = RunTimer(QUALITY.get(data.dataset.kind, ACCURACY), recipe.target_accuracy, recipe.warmup_batches)
     flops = FlopCounter(on_count=timer.time_apart)
-    callbacks: list[Any] = [timer, flops]  # time (a batch the counter counts is timed apart), training FLOPs
+    callbacks: list[Any] = [timer, flops, *observers]  # time (a counted batch is timed apart), training FLOPs
     eval_interval: Any = recipe.eval_interval
     if cycles_of(recipe):  # a cyclic run: evaluations at every cycle's end are the points of its curve
         cycles = CycleEnds(cycles_of(recipe), recipe.eval_interval)
