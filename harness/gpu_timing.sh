@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Issue 27, item 7, on one GPU machine start: can the training time of one configuration's seeds be decided with
-# (coefficient of variation <= 3 %)? One short script for a lent machine (4 min 15 s on an H200 with SEEDS=10,
-# 2026-11-28, before step 3a existed; harness/measurements/2026-11-28-h200-timing.md):
+# (coefficient of variation <= 3 %)? One short script for a lent machine: 4 min 15 s on an H200 with SEEDS=10
+# (2026-11-28, before steps 2b and 3a existed, which add about 1.5 min; harness/measurements/2026-11-28-h200-timing.md):
 #
 #   1. the harness's host time per step on the GPU (the 200 us goal), beside a hand-written loop;
 #   2. cifar10_fast's baseline, SEEDS seeds in one process (one unrecorded warm-up run first), eager;
+#  2b. the same seeds at batch BIG_BATCH (default 2048; 0 skips): half the steps for the same device work per
+#      sample, so if the host sets the pace (2026-11-28: training time followed the training thread's CPU time,
+#      r = 0.99) training time falls and its spread with it; if the device does, neither moves much;
 #  3a. one compiled epoch with torch's graph-break, recompile and CUDA-graph logs (perf_hints says when CUDA
 #      graphs were skipped, e.g. for mutated inputs): on 2026-11-28 the compiled runs computed the eager runs'
 #      accuracies to the last digit, which a compiled forward rarely does;
@@ -26,6 +29,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-python}
 SEEDS=${SEEDS:-10}
 COMPILE=${COMPILE:-1}
+BIG_BATCH=${BIG_BATCH:-2048}
 OUT=${OUT:-cadence_runs/gpu_timing}
 mkdir -p "$OUT"
 export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-sqlite:///$PWD/$OUT/timing.db}
@@ -41,6 +45,10 @@ echo "== 1. host time per step (harness_step, GPU)"
 bounded "$PY" -m cadence_harness.benchmarks.harness_step --device gpu --repeats 5 || echo "harness_step failed: $?"
 echo "== 2. cifar10_fast baseline, $SEEDS seeds, eager"
 bounded "$PY" -m cadence_harness grid cifar10_fast "${common[@]}" || echo "eager grid failed: $?"
+if ((BIG_BATCH)); then
+  echo "== 2b. the same at batch $BIG_BATCH (half the host's work per sample)"
+  bounded "$PY" -m cadence_harness grid cifar10_fast --batch-size "$BIG_BATCH" "${common[@]}" || echo "batch grid failed: $?"
+fi
 if ((COMPILE)); then
   echo "== 3a. is the compiled step used? (torch's logs of one compiled epoch: $OUT/compile_check.log)"
   TORCH_LOGS="graph_breaks,recompiles,perf_hints" bounded "$PY" -m cadence_harness run cifar10_fast \

@@ -115,7 +115,9 @@ def test_export_paths() -> None:
     state = small.layer1[0].generator.get_state()
     trained = compiled(x)
     small.layer1[0].generator.set_state(state)  # one generator is shared by all blocks: replay the same draws
-    torch.testing.assert_close(trained, small(x), rtol=1e-4, atol=1e-4)
+    # another draw would drop another block (a difference of order 1); Inductor's fused batch-norm reductions
+    # in training mode differ from eager's by up to 2e-4 on some CPUs (AMD EPYC family 25)
+    torch.testing.assert_close(trained, small(x), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize(

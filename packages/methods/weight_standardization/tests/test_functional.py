@@ -258,7 +258,11 @@ def test_channels_last_inputs_and_bf16_autocast() -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         low = model(x)
     assert low.dtype == torch.bfloat16
-    torch.testing.assert_close(low.float(), reference, atol=0.15, rtol=0.1)
+    # bf16 through 20 standardized convolutions: the error depends on the CPU's bf16 kernels (5.7 % of the output's
+    # norm, one logit of 20 off by 0.17, on an AMD EPYC without avx512_bf16; within 0.15 elementwise elsewhere), so
+    # the whole output is judged; a standardization skipped or done twice under autocast is off by order 100 %
+    error = float((low.detach().float() - reference.detach()).norm() / reference.detach().norm())
+    assert error < 0.1, f"bf16 output off by {error:.1%} of the fp32 output's norm"
 
 
 def test_fx_export_and_deepcopy_work_after_the_surgery() -> None:
