@@ -18,7 +18,8 @@
 #      from them the likely cause: host speed or device), and what the slowest run was doing (training-thread CPU
 #      s per training s, gc s in training, host load, CPU share stolen by the hypervisor, lowest SM clock).
 #
-#   bash harness/gpu_timing.sh --data-dir .gpu                  # from the repository root, after the set-up
+#   bash harness/device_copy.sh trim                            # here, before the device call (64 MiB copy limit)
+#   bash harness/gpu_timing.sh --data-dir .gpu                  # there, from the repository root, after the set-up
 #   SEEDS=5 COMPILE=0 bash harness/gpu_timing.sh --data-dir .gpu
 #   PHASE_S=200 bash harness/gpu_timing.sh --data-dir .gpu      # each phase killed after 200 s (a short lease)
 #
