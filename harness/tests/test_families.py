@@ -116,3 +116,22 @@ def test_language_model_blocks_are_the_texts_joined_by_end_of_text() -> None:
     assert torch.equal(blocks["labels"], blocks["input_ids"]) and bool(blocks["attention_mask"].all())
     with pytest.raises(ValueError, match="`max_length` = 4096: the text holds only"):
         pack_blocks(tokenizer, texts, block_size=4096)
+
+
+def test_a_compiled_run_records_what_it_compiled(
+    tracking_uri: str, tiny_recipe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timing of "compiled" code is only that if graphs were compiled and used: the record says so. (Dynamo's
+    eager backend traces and guards as Inductor does, without generating kernels, so this stays fast.)"""
+    from cadence_harness.running import run
+
+    monkeypatch.setattr(run, "compile_config", lambda mode: None if mode is False else {"backend": "eager"})
+    spec = RunSpec(tiny_recipe(compile=True), (), seed=0)
+    result = execute(spec, tracking_uri=tracking_uri, progress_bar=False)
+    metrics = MlflowClient(tracking_uri).get_run(result.run_id).data.metrics
+    assert metrics["final/compile_disabled"] == 0.0 and metrics["final/graph_breaks"] == 0.0
+    assert metrics["final/compiled_graphs"] >= 0.0  # 0 when an earlier test of this process compiled the same code
+    for name in ("compiled_graphs", "graph_breaks", "cudagraph_skips", "compile_disabled"):
+        assert result.metrics[f"final/{name}"] == metrics[f"final/{name}"]
+    eager = execute(RunSpec(tiny_recipe(), (), seed=0), tracking_uri=tracking_uri, progress_bar=False)
+    assert "final/compiled_graphs" not in eager.metrics

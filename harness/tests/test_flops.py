@@ -168,3 +168,26 @@ def test_the_structure_key_follows_surgery_and_freezing_without_walking_the_mode
     model[0][0].weight.requires_grad_(False)  # freezing registers nothing, and is still seen
     assert structure(model)[2] == after[2] - 1
     structure.close()
+
+
+def test_a_compiled_run_counts_eagerly_then_compiles_and_times_both_first_steps_apart() -> None:
+    """The counted step runs under FlopCounterMode, where Dynamo cannot trace (torch up to 2.13 then never compiles
+    that code again): it runs eagerly, the next step compiles, and both are timed apart, not as training."""
+    from cadence_harness.running.timing import RunTimer
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(4 * BATCH, IN), torch.randint(0, OUT, (4 * BATCH,)))
+    model = Classifier(torch.nn.Linear(IN, OUT), OUT)
+    timer = RunTimer()
+    counter = FlopCounter(on_count=timer.time_apart, occurrences_apart=2)
+    trainer = Trainer(model=model, train_dataloader=DataLoader(data, batch_size=BATCH), max_duration="4ba",
+                      optimizers=torch.optim.SGD(model.parameters(), lr=0.1), callbacks=[timer, counter],
+                      progress_bar=False, seed=0, compile_config={"backend": "eager"})  # fmt: skip
+    trainer.fit()
+    trainer.close()
+    assert counter.total == 4 * linear_flops(BATCH)  # the eager count, as an uncompiled run's
+    assert timer.shape_warmups == 2  # the counted step and the compiling one
+    assert trainer.compiled is not None and trainer.compiled.forward.eager_calls == 1
+    assert trainer.compiled.forward.compiled_calls == 3
+    with pytest.raises(ValueError, match=r"occurrences_apart=0: use 1, or 2 for a compiled forward"):
+        FlopCounter(occurrences_apart=0)

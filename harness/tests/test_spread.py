@@ -143,3 +143,25 @@ def test_the_likely_cause_is_the_hosts_speed_when_time_follows_the_thread_cpu_an
     assert spreads(unrelated)[0].likely_cause == "-"
     # records without evaluation times (older ones): nothing is claimed
     assert spreads([_record("baseline", s, t, boot="b") for s, t in enumerate(trains)])[0].likely_cause == "-"
+
+
+def test_a_compiled_configuration_says_what_its_runs_compiled_and_flags_one_that_compiled_nothing() -> None:
+    def compiled(seed: int, graphs: float, disabled: float = 0.0) -> RunRecord:
+        run = _record("baseline", seed, 2.1 + seed / 100, boot="aaaa1111", compile_mode="reduce-overhead")
+        run.metrics.update({"final/compiled_graphs": graphs, "final/graph_breaks": 0.0, "final/cudagraph_skips": 1.0,
+                            "final/compile_disabled": disabled})  # fmt: skip
+        return run
+
+    # an in-process grid: the first run compiles, the others reuse its graphs
+    (spread,) = spreads([compiled(0, 3.0), compiled(1, 0.0), compiled(2, 0.0)])
+    assert spread.compiled == "compile=reduce-overhead: 3 graphs, 0 graph breaks, 3 CUDA-graph skips over 3 runs"
+    assert f"- baseline, 10ep: {spread.compiled}" in format_spreads([spread])
+    (eager_in_disguise,) = spreads([compiled(s, 0.0, disabled=1.0) for s in range(3)])
+    assert eager_in_disguise.compiled.endswith("NOTHING WAS COMPILED: these timings are eager")
+    older = [_record("baseline", s, 2.1, boot="b", compile_mode="reduce-overhead") for s in range(3)]
+    not_recorded = "compile=reduce-overhead: what was compiled is not recorded (records before 2026-11-28)"
+    assert spreads(older)[0].compiled == not_recorded
+    for run in older:  # the H200 runs of 2026-11-28: torch 2.11 never compiled the FLOP-counted forward
+        run.params["versions.torch"] = "2.11.0+cu130"
+    assert "torch 2.11.0+cu130: NOTHING WAS COMPILED" in spreads(older)[0].compiled
+    assert spreads([_record("baseline", s, 2.8, boot="b") for s in range(3)])[0].compiled == ""  # not compiled

@@ -63,7 +63,44 @@ def test_a_compiled_run_trains_exactly_like_an_eager_one_and_keeps_the_model_unc
     assert type(compiled.state.model) is Classifier
     assert not any("_orig_mod" in key for key in compiled.state.model.state_dict())
     assert compiled_log.data["trainer/compiled_graphs"][-1][1] >= 1
-    assert "trainer/compiled_graphs" not in eager_log.data
+    assert compiled_log.data["trainer/graph_breaks"][-1][1] == 0
+    assert compiled_log.data["trainer/compile_disabled"][-1][1] == 0
+    assert compiled.compiled is not None and compiled.compiled.report()["trainer/compiled_graphs"] >= 1
+    assert "trainer/compiled_graphs" not in eager_log.data and eager.compiled is None
+
+
+def test_a_compile_that_torch_disabled_is_named_not_silently_run_eagerly() -> None:
+    """TORCH_COMPILE_DISABLE=1 makes torch.compile a no-op: the run must say so, and its report must show it."""
+    disabled = r"torch\.compile is disabled in this process \(TORCH_COMPILE_DISABLE=1"
+    with torch._dynamo.config.patch(disable=True), pytest.warns(UserWarning, match=disabled):
+        _, logger = _train(_images([32] * 2), compile_config=EAGER)
+    assert logger.data["trainer/compile_disabled"][-1][1] == 1
+    assert logger.data["trainer/compiled_graphs"][-1][1] == 0
+
+
+class _SkippedByDynamo(Classifier):
+    """A model whose forward and loss Dynamo must not trace: a compile that compiles nothing."""
+
+    @torch.compiler.disable
+    def forward(self, batch):
+        return super().forward(batch)
+
+    @torch.compiler.disable
+    def loss(self, outputs, batch, *args, **kwargs):
+        return super().loss(outputs, batch, *args, **kwargs)
+
+
+def test_a_first_step_that_compiled_nothing_is_named(monkeypatch) -> None:
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._dynamo.utils, "counters", type(counters)(counters.default_factory))
+    model = _SkippedByDynamo(TinyCNN(num_classes=4), num_classes=4)
+    trainer = Trainer(model=model, train_dataloader=_images([32] * 2), max_duration="2ba", device="cpu",
+                      progress_bar=False, compile_config=EAGER)  # fmt: skip
+    with pytest.warns(UserWarning, match=r"the first training step compiled no graph"):
+        trainer.fit()
+    assert trainer.compiled is not None and trainer.compiled.report()["trainer/compiled_graphs"] == 0
 
 
 def test_changing_image_sizes_recompile_a_bounded_number_of_times() -> None:
@@ -88,3 +125,42 @@ def test_compile_config_is_validated_before_anything_runs() -> None:
         Trainer(model=model, max_duration="1ba", compile_config=True)
     with pytest.raises(ValueError, match=r"torch.compile does not take: \['modee'\]"):
         Trainer(model=model, max_duration="1ba", compile_config={"modee": "max-autotune"})
+
+
+def test_a_first_step_under_a_flop_counter_runs_eagerly_and_the_run_still_compiles() -> None:
+    """torch up to 2.13 never compiles code first met under a TorchDispatchMode: a FLOP-counted first step
+    (as the harness counts every new shape) would leave the whole run eager. That step must run eagerly, count
+    the eager FLOPs, and the steps after it run compiled."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from cadence import Callback
+
+    class CountFirstStep(Callback):
+        def __init__(self) -> None:
+            self.mode = FlopCounterMode(display=False)
+            self.flops = 0
+
+        def before_forward(self, state, logger) -> None:
+            if int(state.timestamp.batch) == 0:
+                self.mode.__enter__()
+
+        def after_backward(self, state, logger) -> None:
+            if int(state.timestamp.batch) == 0:
+                self.mode.__exit__(None, None, None)
+                self.flops = self.mode.get_total_flops()
+
+    class _Fresh(Classifier):  # code Dynamo has not met in this process: its first call is under the mode
+        def forward(self, batch):
+            return self.module(batch[0])
+
+    torch._dynamo.reset()
+    counter = CountFirstStep()
+    model = _Fresh(TinyCNN(num_classes=4), num_classes=4)
+    trainer = Trainer(model=model, train_dataloader=_images([32] * 3), max_duration="3ba", device="cpu",
+                      progress_bar=False, compile_config=EAGER, callbacks=[counter])  # fmt: skip
+    trainer.fit()
+    assert counter.flops > 0
+    report = trainer.compiled.report()  # type: ignore[union-attr]
+    assert report["trainer/eager_calls"] == 1  # the counted step
+    assert trainer.compiled.forward.compiled_calls == 2  # type: ignore[union-attr]
+    assert report["trainer/compiled_graphs"] >= 1, "the steps after the counted one did not compile"

@@ -90,10 +90,10 @@ def measure(
             first_round = sum(compiled_timer.seconds)
             eager_timer.seconds.clear()
             compiled_timer.seconds.clear()
-    assert compiled._compiled is not None
+    assert compiled.compiled is not None
     return {
         "compile_s": first_round,
-        "graphs": compiled._compiled.graphs(),
+        "graphs": compiled.compiled.graphs(),
         "eager": statistics.median(eager_timer.seconds),
         "compiled": statistics.median(compiled_timer.seconds),
         "steps": len(eager_timer.seconds),

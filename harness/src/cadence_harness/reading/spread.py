@@ -18,6 +18,9 @@ Beside it, what moves the time, so that a spread can be traced to its cause:
   harness/measurements/2026-11-28-h200-timing.md). From these two, a *likely cause*: ``host speed`` (r >= 0.8
   and evaluation under a third of training's CV), ``device`` (evaluation varies at least half as much as
   training), else ``-``;
+* for a compiled configuration, what its runs compiled (``final/compiled_graphs`` and the rest, recorded since
+  2026-11-28's H200 runs computed the eager runs' accuracies to the last digit: torch 2.11 had never compiled
+  them); a configuration whose runs compiled nothing is flagged;
 * the slowest run: its training thread's CPU seconds per training second, its seconds in Python's garbage
   collector inside training, its host load, the share of the host's CPU stolen by the hypervisor, and on a GPU
   its lowest SM clock.
@@ -81,6 +84,7 @@ class Spread:
     settings: str = ""  # what sets it apart from another configuration of the same arm and budget there
     eval_cv: float | None = None  # of final/eval_s across the seeds, where every run evaluated
     thread_cpu_r: float | None = None  # Pearson r of train_s with main_thread_cpu_s across the seeds
+    compiled: str = ""  # a compiled configuration's graphs, graph breaks and CUDA-graph skips over its runs
 
     @property
     def likely_cause(self) -> str:
@@ -156,6 +160,7 @@ def spreads(runs: Iterable[RunRecord], min_seeds: int = 3) -> list[Spread]:
                 slowest,
                 eval_cv=_eval_cv(members),
                 thread_cpu_r=_correlation(members, "final/main_thread_cpu_s"),
+                compiled=_compiled(members),
             )
         )
     found = _named_apart(found)
@@ -165,6 +170,37 @@ def spreads(runs: Iterable[RunRecord], min_seeds: int = 3) -> list[Spread]:
 def _eval_cv(members: Sequence[RunRecord]) -> float | None:
     values = [run.metrics.get("final/eval_s", 0.0) for run in members]
     return statistics.stdev(values) / statistics.fmean(values) if min(values) > 0 else None
+
+
+def _compiled(members: Sequence[RunRecord]) -> str:
+    """What a compiled configuration's runs compiled, summed over them ("" when not compiled). An in-process
+    grid compiles in its first run and reuses the graphs, so the sum, not each run, must be above zero."""
+    mode = members[0].params.get("compile", "False")
+    if mode in ("False", "false", ""):
+        return ""
+    if any("final/compiled_graphs" not in run.metrics for run in members):
+        torch_version = members[0].params.get("versions.torch", "")
+        if torch_version and _older_than_2_14(torch_version):
+            return (
+                f"compile={mode}, torch {torch_version}: NOTHING WAS COMPILED, these timings are eager (before "
+                "2026-11-28 the FLOP-counted first step kept the forward eager for good on torch < 2.14)"
+            )
+        return f"compile={mode}: what was compiled is not recorded (records before 2026-11-28)"
+    total = {k: sum(run.metrics.get(f"final/{k}", 0.0) for run in members)
+             for k in ("compiled_graphs", "graph_breaks", "cudagraph_skips", "compile_disabled")}  # fmt: skip
+    note = (f"compile={mode}: {total['compiled_graphs']:.0f} graphs, {total['graph_breaks']:.0f} graph breaks, "
+            f"{total['cudagraph_skips']:.0f} CUDA-graph skips over {len(members)} runs")  # fmt: skip
+    if total["compile_disabled"] or not total["compiled_graphs"]:
+        note += " - NOTHING WAS COMPILED: these timings are eager"
+    return note
+
+
+def _older_than_2_14(version: str) -> bool:
+    try:
+        major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < (2, 14)
 
 
 def _correlation(members: Sequence[RunRecord], metric: str) -> float | None:
@@ -238,6 +274,7 @@ def format_spreads(found: Sequence[Spread]) -> str:
                 f"| {arm} | {s.budget} | {s.cv.n} | {median:.2f} | {cv} | {ratio:.3f} | {s.verdict} | {eval_cv} | {r} "
                 f"| {s.likely_cause} | {_cause(s.slowest)} |"
             )
+        lines += [f"- {s.arm}, {s.budget}: {s.compiled}" for s in rows if s.compiled]
     counts = {verdict: sum(s.verdict == verdict for s in found) for verdict in ("met", "inconclusive", "missed")}
     median_cv = statistics.median(s.cv.mean for s in found)
     lines += [

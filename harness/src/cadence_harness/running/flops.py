@@ -103,9 +103,14 @@ class FlopCounter(Callback):
     """Counts training FLOPs (see the module docstring); logs ``cost/flops`` at each evaluation and
     ``final/flops``, ``final/flop_shapes`` (distinct pieces of work counted) at the end."""
 
-    def __init__(self, on_count: Callable[[], None] | None = None) -> None:
+    def __init__(self, on_count: Callable[[], None] | None = None, occurrences_apart: int = 1) -> None:
         """`on_count` is called as the counter starts counting a new piece of work, inside its slow step (the
-        harness's `RunTimer.time_apart`: the rest of that batch is timed as warm-up)."""
+        harness's `RunTimer.time_apart`: the rest of that batch is timed as warm-up), and again at the start of
+        its next ``occurrences_apart - 1`` occurrences: 2 for a compiled forward, whose counted occurrence runs
+        eagerly (`cadence._compilation`) so that the next one compiles."""
+        if occurrences_apart < 1:
+            raise ValueError(f"occurrences_apart={occurrences_apart!r}: use 1, or 2 for a compiled forward")
+        self.occurrences_apart = occurrences_apart
         self.flops: dict[Key, int] = {}
         self.counts: Counter[Key] = Counter()
         self._mode: FlopCounterMode | None = None
@@ -126,6 +131,8 @@ class FlopCounter(Callback):
     def _begin(self, key: Key) -> None:
         self.counts[key] += 1
         if key in self.flops or self._mode is not None:
+            if self.on_count is not None and 1 < self.counts[key] <= self.occurrences_apart:
+                self.on_count()  # the occurrence after the counted one: a compiled forward compiles in it
             return
         if self.on_count is not None:
             self.on_count()

@@ -284,7 +284,7 @@ def execute(
     check_arm_composition(spec.arm, [*algorithms, *training_procedures(spec, model)])  # e.g. a detector's refusals
     check_applicable(zip(spec.arm, algorithms), model, sample_batch(data.train, data.eval, device))
     timer = RunTimer(QUALITY.get(data.dataset.kind, ACCURACY), recipe.target_accuracy, recipe.warmup_batches)
-    flops = FlopCounter(on_count=timer.time_apart)
+    flops = FlopCounter(on_count=timer.time_apart, occurrences_apart=2 if recipe.compile else 1)
     callbacks: list[Any] = [timer, flops, *observers]  # time (a counted batch is timed apart), training FLOPs
     eval_interval: Any = recipe.eval_interval
     if cycles_of(recipe):  # a cyclic run: evaluations at every cycle's end are the points of its curve
@@ -330,9 +330,20 @@ def execute(
         raise
     try:
         trainer.fit()
+        compiled = compile_summary(trainer)
+        trainer.logger.log_metrics(compiled)
     finally:
         trainer.close()
-    return RunResult(mlflow_logger.run_id, {**timer.summary(device), **flops.summary()}, data.dataset.source)
+    metrics = {**timer.summary(device), **flops.summary(), **compiled}
+    return RunResult(mlflow_logger.run_id, metrics, data.dataset.source)
+
+
+def compile_summary(trainer: cadence.Trainer) -> dict[str, float]:
+    """A compiled run's ``final/compiled_graphs``, ``final/graph_breaks``, ``final/cudagraph_skips`` and
+    ``final/compile_disabled``: whether its timings are those of compiled code (an uncompiled run: none)."""
+    if trainer.compiled is None:
+        return {}
+    return {f"final/{name.removeprefix('trainer/')}": float(v) for name, v in trainer.compiled.report().items()}
 
 
 def _log_config(mlflow_logger: Any, spec: RunSpec) -> None:

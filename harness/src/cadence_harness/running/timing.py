@@ -6,7 +6,9 @@ optimizer step. Evaluation pauses it, and the first `warmup_batches` batches (wh
 the first step of each distinct piece of work (a new input shape from progressive resizing or ColOut,
 a new model structure after surgery or layer freezing), which pays cuDNN autotuning, recompilation
 and the FLOP counter's one counted pass (`cadence_harness.running.flops`), which calls `time_apart` as it
-starts: FLOP counting never runs inside the timed region. On CUDA the region is
+starts: FLOP counting never runs inside the timed region. A compiled forward runs that counted step eagerly
+(Dynamo cannot trace under the counter's dispatch mode) and compiles in the next one, so with ``compile``
+the first two steps of each piece of work are timed apart. On CUDA the region is
 bracketed with CUDA events, synchronised only where the loop already synchronises (evaluation
 reads its metrics back) and at the end; on CPU it uses ``time.perf_counter``.
 

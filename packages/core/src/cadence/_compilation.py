@@ -9,8 +9,21 @@ the forward and the loss (AFTER_FORWARD, BEFORE_LOSS) still see and change eager
 replaces its modules, and a copy of an in-place compiled module would keep calling the original.
 Shape changes (progressive resizing, ColOut, selective backprop) recompile; with ``dynamic`` unset,
 ``torch.compile`` marks a changing dimension dynamic on the first recompile, so a run compiles a
-handful of graphs, not one per size. `CompiledStep.graphs` counts them; the trainer logs the count as
-``trainer/compiled_graphs`` when a fit ends.
+handful of graphs, not one per size.
+
+Dynamo cannot trace while a ``TorchDispatchMode`` is active (a FLOP counter such as
+``torch.utils.flop_counter.FlopCounterMode``, an operation counter, a debugging mode), and torch up to 2.13
+(2.11 and 2.13 checked; 2.14 no longer does) marks code it first meets under one as *never to be compiled*:
+one FLOP-counted first step left a whole run, and every later run of the process, eager. So each compiled
+call checks the dispatch-mode stack (one C call) and runs the eager module or loss while a mode is active; the
+compile happens at the first step without one.
+
+A compile that silently does nothing is the failure to guard against: with ``TORCH_COMPILE_DISABLE=1`` in the
+environment ``torch.compile`` returns a wrapper that runs eagerly, and timings then say nothing about compiled
+code. `CompiledStep` warns when it is built in such a process and, after the first step, when the process has
+compiled no graph at all. `CompiledStep.report` (``trainer.compiled.report()``) counts what this run compiled:
+graphs (recompiles included), graph breaks and CUDA-graph skips (``mode="reduce-overhead"``: a skipped CUDA
+graph means the host launches every kernel again); the trainer logs it when a fit ends.
 """
 
 from __future__ import annotations
@@ -26,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cadence.algorithm import as_algorithm
 
-__all__ = ["CompiledStep", "check_compile_config", "distributed_module"]
+__all__ = ["CompiledStep", "EagerUnderDispatchMode", "check_compile_config", "compile_disabled", "distributed_module"]
 
 _NON_LEAF_GRAD_WARNING = "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed"
 
@@ -63,23 +76,87 @@ class CompiledStep:
     """``torch.compile`` of the forward module and of the model's loss (see the module docstring)."""
 
     def __init__(self, forward_module: nn.Module, loss: Callable[..., Any], compile_config: dict[str, Any]):
-        self.forward: nn.Module = torch.compile(forward_module, **compile_config)  # type: ignore[assignment]
-        self._loss = torch.compile(loss, **compile_config)
-        self._graphs_before = _unique_graphs()
+        if compile_disabled():
+            warnings.warn(_DISABLED.format(compile_config), stacklevel=3)
+        compiled_forward = torch.compile(forward_module, **compile_config)
+        self.forward: nn.Module = EagerUnderDispatchMode(compiled_forward, forward_module)  # type: ignore[assignment]
+        self._loss = EagerUnderDispatchMode(torch.compile(loss, **compile_config), loss)
+        self._config = compile_config
+        self._before = _counts()
+        self._first_compiled_step_checked = False
 
     def loss(self, outputs: Any, batch: Any) -> Any:
         """The compiled loss. Tracing it reads ``.grad`` of the outputs (not leaves), which makes torch warn
         at every (re)compile about something no user code did; that one warning is silenced here."""
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NON_LEAF_GRAD_WARNING, category=UserWarning)
-            return self._loss(outputs, batch)
+            loss = self._loss(outputs, batch)
+        if not self._first_compiled_step_checked and self._loss.compiled_calls:
+            self._first_compiled_step_checked = True  # the first step through the compiled forward and loss
+            if not compile_disabled() and _counts()["graphs_in_process"] == 0:
+                warnings.warn(_NOTHING_COMPILED.format(self._config), stacklevel=2)
+        return loss
 
     def graphs(self) -> int:
         """Graphs compiled in this process since this step was built (recompiles included)."""
-        return _unique_graphs() - self._graphs_before
+        return int(_counts()["graphs_in_process"] - self._before["graphs_in_process"])
+
+    def report(self) -> dict[str, float]:
+        """What this step compiled since it was built: ``trainer/compiled_graphs``, ``trainer/graph_breaks``,
+        ``trainer/cudagraph_skips``, ``trainer/eager_calls`` (forward calls made eagerly because a dispatch
+        mode was active), and ``trainer/compile_disabled`` (1 when torch.compile ran nothing)."""
+        now = _counts()
+        return {
+            "trainer/compiled_graphs": now["graphs_in_process"] - self._before["graphs_in_process"],
+            "trainer/graph_breaks": now["graph_breaks"] - self._before["graph_breaks"],
+            "trainer/cudagraph_skips": now["cudagraph_skips"] - self._before["cudagraph_skips"],
+            "trainer/eager_calls": float(self.forward.eager_calls),  # type: ignore[attr-defined]
+            "trainer/compile_disabled": float(compile_disabled()),
+        }
 
 
-def _unique_graphs() -> int:
+class EagerUnderDispatchMode:
+    """Calls `compiled`, or `eager` while a ``TorchDispatchMode`` is active (see the module docstring);
+    attributes (DDP's ``no_sync``) are the compiled callable's."""
+
+    def __init__(self, compiled: Callable[..., Any], eager: Callable[..., Any]):
+        self.compiled, self.eager = compiled, eager
+        self.compiled_calls = self.eager_calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch._C._len_torch_dispatch_stack():
+            self.eager_calls += 1
+            return self.eager(*args, **kwargs)
+        self.compiled_calls += 1
+        return self.compiled(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # only for names not set in __init__
+        if name in ("compiled", "eager"):  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
+
+
+_DISABLED = (
+    "compile_config={} was given, but torch.compile is disabled in this process (TORCH_COMPILE_DISABLE=1 in the "
+    "environment, or torch._dynamo.config.disable = True): the forward and the loss run eagerly. Unset it to compile"
+)
+_NOTHING_COMPILED = (
+    "compile_config={}: the first training step compiled no graph and this process has none, so it ran eagerly; "
+    "set TORCH_LOGS=graph_breaks,recompiles to see why Dynamo skipped the forward and the loss"
+)
+
+
+def compile_disabled() -> bool:
+    """True when ``torch.compile`` returns functions that run eagerly (``TORCH_COMPILE_DISABLE=1``)."""
+    return bool(getattr(torch._dynamo.config, "disable", False))
+
+
+def _counts() -> dict[str, float]:
+    """Dynamo's and Inductor's process-wide counters that say whether compiled code can have run."""
     from torch._dynamo.utils import counters  # imported with torch.compile already
 
-    return int(counters["stats"]["unique_graphs"])
+    return {
+        "graphs_in_process": float(counters["stats"]["unique_graphs"]),
+        "graph_breaks": float(sum(counters["graph_break"].values())),
+        "cudagraph_skips": float(counters["inductor"]["cudagraph_skips"]),
+    }

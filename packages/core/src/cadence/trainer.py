@@ -99,8 +99,8 @@ class Trainer:
         run_name, progress_bar, compute_train_metrics: presentation.
         nonfinite_loss: ``"error"`` stops the run at a NaN/inf loss, naming the step; ``"skip"`` skips
             such steps (see `cadence.nonfinite` for what each costs on an accelerator).
-        compile_config: ``torch.compile`` arguments (``{}``: its defaults) for the forward and the loss
-            (`cadence._compilation`); None (default) runs eagerly.
+        compile_config: ``torch.compile`` arguments (``{}``: its defaults) for the forward and the loss; None
+            (default) runs eagerly. ``trainer.compiled.report()`` counts what compiled (`cadence._compilation`).
         parallelism_config: ``{"fsdp": {...}}`` shards the model with torch's FSDP2 (`cadence._sharding`).
 
     Composer arguments that cadence does not take raise a `TypeError` that says what to use instead.
@@ -246,8 +246,8 @@ class Trainer:
 
             # The module the step calls: DDP after surgery and loading, then torch.compile --------
             self._forward_module = distributed_module(model, self.state.algorithms, device_, 1 if fsdp else world_size)
-            self._compiled = None if compile_ is None else CompiledStep(self._forward_module, model.loss, compile_)
-            self._forward_module = self._compiled.forward if self._compiled else self._forward_module
+            self.compiled = None if compile_ is None else CompiledStep(self._forward_module, model.loss, compile_)
+            self._forward_module = self.compiled.forward if self.compiled else self._forward_module
         self._create_graph = any(as_algorithm(a).backwards_create_graph for a in self.state.algorithms)
         self._first_batch_checked = False
         self._last_eval_batch = -1
@@ -336,8 +336,8 @@ class Trainer:
         evaluation_due = self._data.eval is not None and self._eval_interval is not None
         if evaluation_due and self._last_eval_batch != state.timestamp.batch:
             self._evaluate()
-        if self._compiled is not None:
-            self.logger.log_metrics({"trainer/compiled_graphs": self._compiled.graphs()})
+        if self.compiled is not None:
+            self.logger.log_metrics(self.compiled.report())
         self._run_event_saving(Event.FIT_END, self.save_folder is not None and self._last_save != self._position())
         self.logger.flush()
 
@@ -445,7 +445,7 @@ class Trainer:
         engine.run_event(Event.AFTER_FORWARD)
         engine.run_event(Event.BEFORE_LOSS)
         with autocast_context(state.precision, state.device):
-            state.loss = (self._compiled.loss if self._compiled else state.model.loss)(state.outputs, state.batch)
+            state.loss = (self.compiled.loss if self.compiled else state.model.loss)(state.outputs, state.batch)
         engine.run_event(Event.AFTER_LOSS)
         engine.run_event(Event.BEFORE_BACKWARD)
         loss = total_loss(state.loss)
