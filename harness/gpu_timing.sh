@@ -10,10 +10,12 @@
 #      r = 0.99) training time falls and its spread with it; if the device does, neither moves much;
 #  3a. one compiled epoch with torch's graph-break, recompile and CUDA-graph logs (perf_hints says when CUDA
 #      graphs were skipped, e.g. for mutated inputs): on 2026-11-28 the compiled runs computed the eager runs'
-#      accuracies to the last digit, which a compiled forward rarely does;
+#      accuracies to the last digit because torch 2.11 never compiled them (the FLOP-counted first step ran
+#      the forward under a dispatch mode; fixed since, see the measurement note's section 6);
 #   3. the same seeds with the forward and loss compiled (torch.compile, mode "reduce-overhead": CUDA graphs, so
 #      the host launches a step's kernels in one call and a slower host start matters less); skip with COMPILE=0;
-#   4. `cadence-bench spread`: each configuration's CV with its 95 % interval, the goal's verdict, the evaluation
+#   4. `cadence-bench spread`: each configuration's CV with its 95 % interval, the goal's verdict, what a compiled
+#      configuration's runs compiled (graphs, graph breaks, CUDA-graph skips; NOTHING WAS COMPILED if so), the evaluation
 #      time's CV and the correlation of training time with the training thread's CPU time across the seeds (and
 #      from them the likely cause: host speed or device), and what the slowest run was doing (training-thread CPU
 #      s per training s, gc s in training, host load, CPU share stolen by the hypervisor, lowest SM clock).
