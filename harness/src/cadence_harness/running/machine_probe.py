@@ -20,13 +20,15 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 __all__ = ["MachineProbe", "host_load", "host_speed_us", "steal_ticks"]
 
-SPEED_WORK = 20_000  # loop iterations of `host_speed_us`: about 0.3-1 ms of one core
+SPEED_WORK = 2_000  # loop iterations timed by `host_speed_us`: about 30-100 us of one core per repeat
+SPEED_UNIT = 20_000  # iterations the reading is given for (the work timed until 2026-11-28: records compare)
 
 
 def host_load() -> float:
@@ -37,17 +39,19 @@ def host_load() -> float:
         return -1.0
 
 
-def host_speed_us(repeats: int = 3) -> float:
-    """Microseconds a fixed piece of pure-Python work takes on this thread (the best of `repeats`): the
-    interpreter's speed on this host right now, which is what a host-bound training step runs at."""
+def host_speed_us(repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Microseconds `SPEED_UNIT` iterations of a fixed pure-Python loop take on this thread (the best of
+    `repeats` timings of `SPEED_WORK`, scaled): the interpreter's speed on this host right now, which is what a
+    host-bound training step runs at. It costs about 0.5 ms per reading (20,000 iterations timed 3 times, until
+    2026-11-28, cost 2.6 ms: 40 us per step of harness_step's run, which reads it at each evaluation)."""
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         total = 0
         for i in range(SPEED_WORK):
             total += i & 7
-        best = min(best, time.perf_counter() - start)
-    return best * 1e6
+        best = min(best, clock() - start)
+    return best * 1e6 * SPEED_UNIT / SPEED_WORK
 
 
 def steal_ticks(stat_path: str = "/proc/stat") -> tuple[int, int] | None:
