@@ -164,3 +164,25 @@ def test_a_first_step_under_a_flop_counter_runs_eagerly_and_the_run_still_compil
     assert report["trainer/eager_calls"] == 1  # the counted step
     assert trainer.compiled.forward.compiled_calls == 2  # type: ignore[union-attr]
     assert report["trainer/compiled_graphs"] >= 1, "the steps after the counted one did not compile"
+
+
+def test_the_compiled_loss_outlives_the_next_step_as_a_cuda_graph_output_would_not() -> None:
+    """Under CUDA graphs a compiled function returns the same static buffer every call, overwritten by the next
+    replay; the loggers and the non-finite check read a step's loss later, so the loss must be a copy."""
+    from cadence._compilation import CompiledStep
+
+    step = CompiledStep(nn.Identity(), lambda outputs, batch: outputs.sum(), EAGER)
+    static = torch.zeros(())
+
+    def replay(outputs, batch):  # what a CUDA graph does: write into its one output buffer and return it
+        static.copy_(outputs.sum())
+        return static
+
+    step._loss.compiled = replay
+    first = step.loss(torch.ones(3), None)
+    second = step.loss(torch.full((3,), 2.0), None)
+    assert (float(first), float(second)) == (3.0, 6.0)
+    step._loss.compiled = lambda outputs, batch: {"a": replay(outputs, batch), "b": (replay(outputs, batch),)}
+    first_parts = step.loss(torch.ones(3), None)
+    step.loss(torch.full((3,), 2.0), None)
+    assert float(first_parts["a"]) == float(first_parts["b"][0]) == 3.0

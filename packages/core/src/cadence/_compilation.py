@@ -18,6 +18,10 @@ one FLOP-counted first step left a whole run, and every later run of the process
 call checks the dispatch-mode stack (one C call) and runs the eager module or loss while a mode is active; the
 compile happens at the first step without one.
 
+With CUDA graphs (``mode="reduce-overhead"``) a graph's outputs live in memory the next replay overwrites, and
+torch raises when an overwritten output is read. The loss outlives its step (the loggers read it back in the
+background, the non-finite check every 50 steps), so the compiled loss is cloned: one small kernel per step.
+
 A compile that silently does nothing is the failure to guard against: with ``TORCH_COMPILE_DISABLE=1`` in the
 environment ``torch.compile`` returns a wrapper that runs eagerly, and timings then say nothing about compiled
 code. `CompiledStep` warns when it is built in such a process and, after the first step, when the process has
@@ -91,6 +95,8 @@ class CompiledStep:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NON_LEAF_GRAD_WARNING, category=UserWarning)
             loss = self._loss(outputs, batch)
+        if self._loss.last_call_compiled:  # a CUDA graph's output is overwritten by the next replay: keep a copy
+            loss = _cloned(loss)
         if not self._first_compiled_step_checked and self._loss.compiled_calls:
             self._first_compiled_step_checked = True  # the first step through the compiled forward and loss
             if not compile_disabled() and _counts()["graphs_in_process"] == 0:
@@ -122,9 +128,11 @@ class EagerUnderDispatchMode:
     def __init__(self, compiled: Callable[..., Any], eager: Callable[..., Any]):
         self.compiled, self.eager = compiled, eager
         self.compiled_calls = self.eager_calls = 0
+        self.last_call_compiled = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch._C._len_torch_dispatch_stack():
+        self.last_call_compiled = not torch._C._len_torch_dispatch_stack()
+        if not self.last_call_compiled:
             self.eager_calls += 1
             return self.eager(*args, **kwargs)
         self.compiled_calls += 1
@@ -144,6 +152,17 @@ _NOTHING_COMPILED = (
     "compile_config={}: the first training step compiled no graph and this process has none, so it ran eagerly; "
     "set TORCH_LOGS=graph_breaks,recompiles to see why Dynamo skipped the forward and the loss"
 )
+
+
+def _cloned(loss: Any) -> Any:
+    """`loss` with every tensor cloned (a tensor, or a sequence or mapping of them, as `total_loss` takes)."""
+    if isinstance(loss, torch.Tensor):
+        return loss.clone()
+    if isinstance(loss, Mapping):
+        return {key: _cloned(value) for key, value in loss.items()}
+    if isinstance(loss, (list, tuple)):
+        return type(loss)(_cloned(value) for value in loss)
+    return loss
 
 
 def compile_disabled() -> bool:
