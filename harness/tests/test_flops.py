@@ -189,5 +189,8 @@ def test_a_compiled_run_counts_eagerly_then_compiles_and_times_both_first_steps_
     assert timer.shape_warmups == 2  # the counted step and the compiling one
     assert trainer.compiled is not None and trainer.compiled.forward.eager_calls == 1
     assert trainer.compiled.forward.compiled_calls == 3
-    with pytest.raises(ValueError, match=r"occurrences_apart=0: use 1, or 2 for a compiled forward"):
+    with pytest.raises(ValueError, match=r"occurrences_apart=0: use 1, 2 for a compiled forward, 3 with CUDA"):
         FlopCounter(occurrences_apart=0)
+    from cadence_harness.running.run import occurrences_apart
+
+    assert [occurrences_apart(mode) for mode in (False, True, "default", "reduce-overhead")] == [1, 2, 2, 3]

@@ -107,9 +107,12 @@ class FlopCounter(Callback):
         """`on_count` is called as the counter starts counting a new piece of work, inside its slow step (the
         harness's `RunTimer.time_apart`: the rest of that batch is timed as warm-up), and again at the start of
         its next ``occurrences_apart - 1`` occurrences: 2 for a compiled forward, whose counted occurrence runs
-        eagerly (`cadence._compilation`) so that the next one compiles."""
+        eagerly (`cadence._compilation`) so that the next one compiles; 3 with CUDA graphs, recorded after a warm-up
+        call (`cadence_harness.running.run.occurrences_apart`)."""
         if occurrences_apart < 1:
-            raise ValueError(f"occurrences_apart={occurrences_apart!r}: use 1, or 2 for a compiled forward")
+            raise ValueError(
+                f"occurrences_apart={occurrences_apart!r}: use 1, 2 for a compiled forward, 3 with CUDA graphs"
+            )
         self.occurrences_apart = occurrences_apart
         self.flops: dict[Key, int] = {}
         self.counts: Counter[Key] = Counter()

@@ -226,6 +226,14 @@ def compile_config(mode: bool | str) -> dict[str, Any] | None:
     return {} if mode is True else {"mode": mode}
 
 
+def occurrences_apart(mode: bool | str) -> int:
+    """Steps of each new piece of work timed apart: the FLOP-counted one; with ``compile`` the next, which compiles
+    (the counted one ran eagerly); with CUDA graphs one more, which records the graph after a warm-up call."""
+    if mode is False:
+        return 1
+    return 3 if mode in ("reduce-overhead", "max-autotune") else 2
+
+
 def build_algorithms(spec: RunSpec) -> list[Algorithm]:
     """Fresh instances of the arm's methods, for this run's Trainer (methods keep per-run state)."""
     return [build_algorithm(name, kwargs) for name, kwargs in spec.method_kwargs()]
@@ -284,7 +292,7 @@ def execute(
     check_arm_composition(spec.arm, [*algorithms, *training_procedures(spec, model)])  # e.g. a detector's refusals
     check_applicable(zip(spec.arm, algorithms), model, sample_batch(data.train, data.eval, device))
     timer = RunTimer(QUALITY.get(data.dataset.kind, ACCURACY), recipe.target_accuracy, recipe.warmup_batches)
-    flops = FlopCounter(on_count=timer.time_apart, occurrences_apart=2 if recipe.compile else 1)
+    flops = FlopCounter(on_count=timer.time_apart, occurrences_apart=occurrences_apart(recipe.compile))
     callbacks: list[Any] = [timer, flops, *observers]  # time (a counted batch is timed apart), training FLOPs
     eval_interval: Any = recipe.eval_interval
     if cycles_of(recipe):  # a cyclic run: evaluations at every cycle's end are the points of its curve

@@ -8,8 +8,8 @@ a new model structure after surgery or layer freezing), which pays cuDNN autotun
 and the FLOP counter's one counted pass (`cadence_harness.running.flops`), which calls `time_apart` as it
 starts: FLOP counting never runs inside the timed region. A compiled forward runs that counted step eagerly
 (Dynamo cannot trace under the counter's dispatch mode) and compiles in the next one, so with ``compile``
-the first two steps of each piece of work are timed apart. On CUDA the region is
-bracketed with CUDA events, synchronised only where the loop already synchronises (evaluation
+the first two steps of each piece of work are timed apart, three with CUDA graphs (the third records them).
+On CUDA the region is bracketed with CUDA events, synchronised only where the loop already synchronises (evaluation
 reads its metrics back) and at the end; on CPU it uses ``time.perf_counter``.
 
 Beside wall-clock, the same segments accumulate the process's CPU time (``time.process_time``:
