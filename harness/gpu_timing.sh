@@ -14,6 +14,7 @@
 #      the forward under a dispatch mode; fixed since, see the measurement note's section 6);
 #   3. the same seeds with the forward and loss compiled (torch.compile, mode "reduce-overhead": CUDA graphs, so
 #      the host launches a step's kernels in one call and a slower host start matters less); skip with COMPILE=0;
+#   (run in the order 1, 2, 3a, 3, 2b: on a short lease the compiled seeds matter more than the larger batch)
 #   4. `cadence-bench spread`: each configuration's CV with its 95 % interval, the goal's verdict, what a compiled
 #      configuration's runs compiled (graphs, graph breaks, CUDA-graph skips; NOTHING WAS COMPILED if so), the evaluation
 #      time's CV and the correlation of training time with the training thread's CPU time across the seeds (and
@@ -48,10 +49,6 @@ echo "== 1. host time per step (harness_step, GPU)"
 bounded "$PY" -m cadence_harness.benchmarks.harness_step --device gpu --repeats 5 || echo "harness_step failed: $?"
 echo "== 2. cifar10_fast baseline, $SEEDS seeds, eager"
 bounded "$PY" -m cadence_harness grid cifar10_fast "${common[@]}" || echo "eager grid failed: $?"
-if ((BIG_BATCH)); then
-  echo "== 2b. the same at batch $BIG_BATCH (half the host's work per sample)"
-  bounded "$PY" -m cadence_harness grid cifar10_fast --batch-size "$BIG_BATCH" "${common[@]}" || echo "batch grid failed: $?"
-fi
 if ((COMPILE)); then
   echo "== 3a. is the compiled step used? (torch's logs of one compiled epoch: $OUT/compile_check.log)"
   TORCH_LOGS="graph_breaks,recompiles,perf_hints" bounded "$PY" -m cadence_harness run cifar10_fast \
@@ -60,6 +57,10 @@ if ((COMPILE)); then
   grep -iE "graph break|recompil|cudagraph" "$OUT/compile_check.log" | sort | uniq -c | sort -rn | head -12 || true
   echo "== 3. the same, compiled (reduce-overhead)"
   bounded "$PY" -m cadence_harness grid cifar10_fast --set compile=reduce-overhead "${common[@]}" || echo "compiled grid failed: $?"
+fi
+if ((BIG_BATCH)); then
+  echo "== 2b. the same at batch $BIG_BATCH (half the host's work per sample)"
+  bounded "$PY" -m cadence_harness grid cifar10_fast --batch-size "$BIG_BATCH" "${common[@]}" || echo "batch grid failed: $?"
 fi
 echo "== 4. spread"
 "$PY" -m cadence_harness spread cifar10_fast --records "$OUT/records"
