@@ -7,6 +7,8 @@ fast on a CPU. `make bench` times the Inductor-compiled step.
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 from torch import nn
@@ -186,3 +188,8 @@ def test_the_compiled_loss_outlives_the_next_step_as_a_cuda_graph_output_would_n
     first_parts = step.loss(torch.ones(3), None)
     step.loss(torch.full((3,), 2.0), None)
     assert float(first_parts["a"]) == float(first_parts["b"][0]) == 3.0
+    losses = collections.namedtuple("Losses", "ce aux")
+    step._loss.compiled = lambda outputs, batch: losses(replay(outputs, batch), 1.0)
+    first_named = step.loss(torch.ones(3), None)
+    step.loss(torch.full((3,), 2.0), None)
+    assert type(first_named) is losses and float(first_named.ce) == 3.0 and first_named.aux == 1.0

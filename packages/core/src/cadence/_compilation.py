@@ -160,6 +160,8 @@ def _cloned(loss: Any) -> Any:
         return loss.clone()
     if isinstance(loss, Mapping):
         return {key: _cloned(value) for key, value in loss.items()}
+    if isinstance(loss, tuple) and hasattr(loss, "_fields"):  # a namedtuple takes its fields as arguments
+        return type(loss)(*(_cloned(value) for value in loss))
     if isinstance(loss, (list, tuple)):
         return type(loss)(_cloned(value) for value in loss)
     return loss
