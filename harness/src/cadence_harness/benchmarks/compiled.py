@@ -93,7 +93,7 @@ def measure(
     assert compiled.compiled is not None
     return {
         "compile_s": first_round,
-        "graphs": compiled.compiled.graphs(),
+        "graphs": int(compiled.compiled.report()["trainer/compiled_graphs"]),
         "eager": statistics.median(eager_timer.seconds),
         "compiled": statistics.median(compiled_timer.seconds),
         "steps": len(eager_timer.seconds),

@@ -87,7 +87,6 @@ class CompiledStep:
         self._loss = EagerUnderDispatchMode(torch.compile(loss, **compile_config), loss)
         self._config = compile_config
         self._before = _counts()
-        self._first_compiled_step_checked = False
 
     def loss(self, outputs: Any, batch: Any) -> Any:
         """The compiled loss. Tracing it reads ``.grad`` of the outputs (not leaves), which makes torch warn
@@ -97,15 +96,10 @@ class CompiledStep:
             loss = self._loss(outputs, batch)
         if self._loss.last_call_compiled:  # a CUDA graph's output is overwritten by the next replay: keep a copy
             loss = _cloned(loss)
-        if not self._first_compiled_step_checked and self._loss.compiled_calls:
-            self._first_compiled_step_checked = True  # the first step through the compiled forward and loss
-            if not compile_disabled() and _counts()["graphs_in_process"] == 0:
-                warnings.warn(_NOTHING_COMPILED.format(self._config), stacklevel=2)
+        first_compiled_step = self._loss.last_call_compiled and self._loss.compiled_calls == 1
+        if first_compiled_step and not compile_disabled() and _counts()["graphs_in_process"] == 0:
+            warnings.warn(_NOTHING_COMPILED.format(self._config), stacklevel=2)
         return loss
-
-    def graphs(self) -> int:
-        """Graphs compiled in this process since this step was built (recompiles included)."""
-        return int(_counts()["graphs_in_process"] - self._before["graphs_in_process"])
 
     def report(self) -> dict[str, float]:
         """What this step compiled since it was built: ``trainer/compiled_graphs``, ``trainer/graph_breaks``,
