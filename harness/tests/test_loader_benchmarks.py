@@ -37,22 +37,30 @@ def test_the_loader_benchmark_prints_both_loaders_rates_and_goals(capsys: pytest
     assert "tokenising 400 texts, again (cache)" in printed
 
 
-def _steps(us_per_step: float) -> harness_step.Steps:
-    """A run whose main thread took `us_per_step` on every step (the other clocks alike)."""
-    run = harness_step.Steps(start=(0.0, 0.0, 0.0))
-    run.ends = [(i * us_per_step / 1e6,) * 3 for i in range(1, 21)]
+def _lockstep(twin_us: float, extra_us: float) -> harness_step.Lockstep:
+    """A run of 20 steps whose twin took `twin_us` and whose harness took `extra_us` more on every step, on every
+    clock."""
+    run, now = harness_step.Lockstep(start=(0.0, 0.0, 0.0)), 0.0
+    for _ in range(20):
+        now += (twin_us + extra_us) / 1e6
+        run.reached.append((now,) * 3)
+        now += twin_us / 1e6
+        run.twin_done.append((now,) * 3)
     return run
 
 
-def test_the_goal_is_judged_by_the_paired_interval_of_the_repeats() -> None:
-    """Repeats pair the hand-written loop and the harness run beside it; a repeat where the machine was slow
-    moves both. Decided only when the interval is on one side of 200 us."""
-    hand = [1000.0, 1300.0, 1100.0]
-    results = {name: [_steps(h) for h in hand] for name in harness_step.VARIANTS}
-    results[harness_step.CHILD] = [_steps(h + d) for h, d in zip(hand, (150.0, 160.0, 155.0))]
+def test_the_goal_is_judged_by_the_interval_of_the_runs_paired_differences() -> None:
+    """Each run pairs every harness step with a twin step beside it; a run on which the machine was slow moves
+    both. Decided only when the interval is on one side of 200 us."""
+    twin = [1000.0, 1300.0, 1100.0]
+    results = {name: [_lockstep(t, 0.0) for t in twin] for name in harness_step.VARIANTS}
+    results[harness_step.CHILD] = [_lockstep(t, d) for t, d in zip(twin, (150.0, 160.0, 155.0))]
+    run = results[harness_step.CHILD][1]
+    assert run.harness_us(0) == pytest.approx(1460.0) and run.twin_us(0) == pytest.approx(1300.0)
+    assert run.first_us(0) == pytest.approx(1460.0)
     extra = harness_step.harness_extra_us(results, harness_step.CHILD)
     assert extra.n == 3 and extra.mean == pytest.approx(155.0)
-    assert extra.high < 200  # unpaired, the repeats' 300 us spread would hide it
+    assert extra.high < 200  # unpaired, the runs' 300 us spread would hide it
     assert extra.low == pytest.approx(155.0 - 4.302652729911275 * 5.0 / 3**0.5)
     assert goal_verdict(extra, 200.0) == "PASS"
     assert goal_text(extra, 200.0, "us per step") == (

@@ -3,24 +3,28 @@
 An airbench-class CIFAR-10 step takes about 4.5 ms on an H100, where the device works while the host
 queues the next step: whatever the host does per step beyond launching the model is what the harness
 must keep small. Here, on the CPU with one thread and a near-zero-cost model (``Flatten`` + one
-``Linear(3072, 10)`` on 32x32 images), both loops train on the same data, side by side in one process:
+``Linear(3072, 10)`` on 32x32 images), both loops train on the same data in lockstep, in one process:
 
-* ``hand-written``: a permutation per epoch, a gather, flip and crop on the batch (the harness's own
-  batch functions), forward, loss, backward, SGD step; at each epoch's end an evaluation that counts
-  correct predictions on the device and reads them back once;
 * ``harness``: what ``cadence-bench run`` runs: `TensorLoader` with the recipe's batched flip and crop,
   the `Trainer` with `RunTimer` and `FlopCounter`, the batched `MLFlowLogger` (to a temporary sqlite
   store) and an evaluation at each epoch's end; and the same Trainer with those pieces added one at a
   time, so the difference splits into what each adds. The logger comes twice: writing its store from a
   thread of this process, and from its child process (`cadence_mlflow.writer`; the default on a CUDA
   machine, a thread elsewhere). The child's CPU is in no column here; the GIL it no longer takes is.
+* its ``twin``, a hand-written loop: a permutation per epoch, a gather, flip and crop on the batch (the
+  harness's own batch functions), forward, loss, backward, SGD step; at each epoch's end an evaluation
+  that counts correct predictions on the device and reads them back once. It takes one step at each of
+  the harness's BATCH_END, so every step of the harness run is paired with a twin step a millisecond
+  away: the harness's step is the time from the twin's last step to this BATCH_END (everything the
+  Trainer does between two steps: the batch, events, logging, evaluation), the twin's is its own step.
 
-The steady state is timed from step `WARMUP_STEPS` to the last step (evaluations included, as they fall
-in a run); the FLOP-counted first step is shown apart. Then the pieces alone: an epoch of the loader with
-its augmentation against the hand-written slicing, one `log_metrics` call of the per-step metrics, and
-an evaluation per batch. Goal (issue 27): the harness adds <= 200 us per step, judged by the 95%
-t-interval of the repeats' paired differences (PASS below, FAIL above, INCONCLUSIVE across: a shared
-2-CPU machine moves single runs by +/-80 us). The goal exists for a GPU's host thread, so it is judged on
+A shared 2-CPU machine moves whole runs by hundreds of us per step; paired step by step, both loops
+see the same machine, and the run's difference has a spread of tens of us. Each run's steady state is
+from step `WARMUP_STEPS` to the last (evaluations included, as they fall in a run); the FLOP-counted
+first step is shown apart. Then the pieces alone: an epoch of the loader with its augmentation against the
+hand-written slicing, one `log_metrics` call of the per-step metrics, and an evaluation per batch. Goal
+(issue 27): the harness adds <= 200 us per step, judged by the 95% t-interval of the repeats' differences
+(PASS below, FAIL above, INCONCLUSIVE across). The goal exists for a GPU's host thread, so it is judged on
 what a CUDA machine runs (the child writes the store) on both the wall clock and the training thread's CPU
 time; the thread writer's rows (this CPU-only machine's default) are judged too and printed beside, since
 there the writer's MLflow work takes the GIL the training thread waits for (wall clock above its CPU
@@ -36,9 +40,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +74,6 @@ from cadence_mlflow.writer import writes_out_of_process
 GOAL_US = 200.0
 WARMUP_STEPS = 8
 VARIANTS = (
-    "hand-written loop",
     "Trainer + loader",
     "+ RunTimer",
     "+ FlopCounter",
@@ -87,73 +91,82 @@ def harness_variant(uri: str) -> str:
 CLOCKS = {"wall": time.perf_counter, "main thread": time.thread_time, "process": time.process_time}
 
 
+def _now() -> tuple[float, ...]:
+    return tuple(clock() for clock in CLOCKS.values())
+
+
 @dataclass
-class Steps:
-    """The time at the end of every step of one run, on each of `CLOCKS`: the wall clock; the CPU time of the
-    thread that trains (what feeds a GPU, whatever else runs on the machine); the CPU time of every thread
-    of the process (with the MLflow logger's background threads)."""
+class Lockstep:
+    """One run's marks on each of `CLOCKS` (the wall clock; the CPU time of the thread that trains, what
+    feeds a GPU whatever else runs on the machine; the CPU time of every thread of the process, with the
+    MLflow logger's): when the run started, and per step when the harness reached BATCH_END and when the
+    twin's step after it ended."""
 
     start: tuple[float, ...] = ()
-    ends: list[tuple[float, ...]] = field(default_factory=list)
+    reached: list[tuple[float, ...]] = field(default_factory=list)
+    twin_done: list[tuple[float, ...]] = field(default_factory=list)
 
-    @staticmethod
-    def now() -> tuple[float, ...]:
-        return tuple(clock() for clock in CLOCKS.values())
+    def harness_us(self, clock: int) -> float:
+        """The harness's microseconds per step after the warm-up: from each twin step's end to the next
+        BATCH_END, on clock number `clock` of `CLOCKS`."""
+        spans = (self.reached[i][clock] - self.twin_done[i - 1][clock] for i in range(WARMUP_STEPS, len(self.reached)))
+        return 1e6 * sum(spans) / (len(self.reached) - WARMUP_STEPS)
 
-    def begin(self) -> None:
-        self.start = self.now()
+    def twin_us(self, clock: int) -> float:
+        """The twin's microseconds per step after the warm-up."""
+        spans = (self.twin_done[i][clock] - self.reached[i][clock] for i in range(WARMUP_STEPS, len(self.reached)))
+        return 1e6 * sum(spans) / (len(self.reached) - WARMUP_STEPS)
 
-    def mark(self) -> None:
-        self.ends.append(self.now())
-
-    def steady_us(self, clock: int) -> float:
-        """Microseconds per step after the warm-up, on clock number `clock` of `CLOCKS`."""
-        steps = len(self.ends) - WARMUP_STEPS
-        return 1e6 * (self.ends[-1][clock] - self.ends[WARMUP_STEPS - 1][clock]) / steps
+    def extra_us(self, clock: int) -> float:
+        return self.harness_us(clock) - self.twin_us(clock)
 
     def first_us(self, clock: int) -> float:
-        return 1e6 * (self.ends[0][clock] - self.start[clock])
+        """The harness's first step: from the start of the fit to its first BATCH_END."""
+        return 1e6 * (self.reached[0][clock] - self.start[clock])
 
 
-class StepClock(Callback):
-    """Marks the end of every step (after the other callbacks' BATCH_END)."""
+# The hand-written twin -----------------------------------------------------------------------------
+class HandTwin:
+    """The hand-written loop, one step per `step()`; an evaluation after every epoch's last step (timed
+    with the step after it)."""
 
-    def __init__(self, steps: Steps):
-        self.steps = steps
+    def __init__(self, data: Data) -> None:
+        self.data, self.model = data, tiny_model(data.device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self._batches = self._epochs(torch.Generator(device=data.device), loaders.FlipCrop(IMAGE_SIZE // 8))
+
+    def _epochs(self, generator: torch.Generator, augment: loaders.FlipCrop) -> Iterator[Any]:
+        for epoch in itertools.count():
+            yield from hand_batches(self.data, epoch, generator, augment)
+            hand_eval(self.model, self.data)
+
+    def step(self) -> None:
+        images, labels = next(self._batches)
+        self.optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(self.model(images), labels).backward()
+        self.optimizer.step()
+
+
+class LockstepClock(Callback):
+    """At every BATCH_END (after the other callbacks'), marks the time, runs one twin step, marks again."""
+
+    def __init__(self, twin: HandTwin, marks: Lockstep):
+        self.twin, self.marks = twin, marks
 
     def fit_start(self, state: Any, logger: Any) -> None:
-        self.steps.begin()
+        self.marks.start = _now()
 
     def batch_end(self, state: Any, logger: Any) -> None:
-        self.steps.mark()
-
-
-# The hand-written loop ----------------------------------------------------------------------------
-def hand_loop(data: Data, steps: int) -> Steps:
-    model = tiny_model(data.device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    generator, augment = torch.Generator(device=data.device), loaders.FlipCrop(IMAGE_SIZE // 8)
-    clock, done = Steps(), 0
-    gc.collect()  # as RunTimer does when a fit starts: neither loop begins with a full collection due
-    clock.begin()
-    for epoch in range(-(-steps // STEPS_PER_EPOCH)):
-        for images, labels in hand_batches(data, epoch, generator, augment):
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(model(images), labels).backward()
-            optimizer.step()
-            done += 1
-            clock.mark()
-            if done == steps:
-                return clock
-        hand_eval(model, data)
-    return clock
+        self.marks.reached.append(_now())
+        self.twin.step()
+        self.marks.twin_done.append(_now())
 
 
 # The harness's path --------------------------------------------------------------------------------
-def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tuple[Steps, Trainer]:
-    """The Trainer with the first `pieces` of (RunTimer, FlopCounter, MLFlowLogger); the logger writes its store
-    from a thread at `pieces` 3, from its child process (the default for a local store) at 4."""
-    clock, timer = Steps(), RunTimer("MulticlassAccuracy", 0.99)
+def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tuple[Lockstep, Trainer]:
+    """The Trainer with the first `pieces` of (RunTimer, FlopCounter, MLFlowLogger) beside its hand-written twin;
+    the logger writes its store from a thread at `pieces` 3, from its child process at 4."""
+    marks, timer = Lockstep(), RunTimer("MulticlassAccuracy", 0.99)
     flops = FlopCounter(on_count=timer.time_apart)
     callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.running.run.execute builds them
     model = Classifier(tiny_model(data.device), num_classes=CLASSES)
@@ -164,7 +177,7 @@ def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tupl
         eval_interval="1ep",
         max_duration=f"{steps}ba",
         optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-        callbacks=[*callbacks, StepClock(clock)],
+        callbacks=[*callbacks, LockstepClock(HandTwin(data), marks)],
         loggers=[store.logger(out_of_process=pieces == 4)] if pieces >= 3 else [],
         device=data.device,
         precision="fp32",  # as the hand-written loop
@@ -172,20 +185,21 @@ def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tupl
         progress_bar=False,
     )
     try:
+        gc.collect()  # RunTimer collects when a fit starts: every row starts without a full collection due
         trainer.fit()
     finally:
         trainer.close()
-    return clock, trainer
+    return marks, trainer
 
 
-def measure(data: Data, steps: int, repeats: int, store: MLflowStore) -> dict[str, list[Steps]]:
-    """Every variant `repeats` times, interleaved, after one warm-up round."""
-    runs: dict[str, Callable[[], Steps]] = {VARIANTS[0]: lambda: hand_loop(data, steps)}
-    for pieces, name in enumerate(VARIANTS[1:]):
-        runs[name] = lambda pieces=pieces: trainer_run(data, steps, pieces, store)[0]
+def measure(data: Data, steps: int, repeats: int, store: MLflowStore) -> dict[str, list[Lockstep]]:
+    """Every variant `repeats` times, interleaved, after one warm-up round (a process's first runs are slower)."""
+    runs = {
+        name: lambda pieces=pieces: trainer_run(data, steps, pieces, store)[0] for pieces, name in enumerate(VARIANTS)
+    }
     for run in runs.values():
         run()
-    results: dict[str, list[Steps]] = {name: [] for name in runs}
+    results: dict[str, list[Lockstep]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
             results[name].append(run())
@@ -194,22 +208,31 @@ def measure(data: Data, steps: int, repeats: int, store: MLflowStore) -> dict[st
 
 # The pieces alone ----------------------------------------------------------------------------------
 def _median_us(work: Callable[[], int], repeats: int) -> float:
-    """Median microseconds per unit of `work` (which returns how many units it did)."""
-    times = []
-    for _ in range(repeats + 1):
-        start = time.thread_time()
-        units = work()
-        times.append(1e6 * (time.thread_time() - start) / units)
-    return statistics.median(times[1:])
+    """Median microseconds per unit of `work` (which returns how many units it did), after a warm-up."""
+    _per_unit_us(work)
+    return statistics.median(_per_unit_us(work) for _ in range(repeats))
+
+
+def _per_unit_us(work: Callable[[], int]) -> float:
+    start = time.thread_time()
+    units = work()
+    return 1e6 * (time.thread_time() - start) / units
+
+
+def _paired_us(work: Callable[[], int], by_hand: Callable[[], int], repeats: int) -> tuple[float, float]:
+    """(`work`, `by_hand`) median microseconds per unit, run alternately after a warm-up of each: a stretch in
+    which the shared machine is slow moves both."""
+    _per_unit_us(work), _per_unit_us(by_hand)
+    pairs = [(_per_unit_us(work), _per_unit_us(by_hand)) for _ in range(repeats)]
+    return statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs)
 
 
 def loader_alone(data: Data, repeats: int) -> tuple[float, float]:
     """(TensorLoader, hand-written) microseconds per batch over an epoch, with flip and crop."""
     loader, augment = data.train_loader(), loaders.FlipCrop(IMAGE_SIZE // 8)
     generator = torch.Generator(device=data.device)
-    return (
-        _median_us(lambda: sum(1 for _ in loader), repeats),
-        _median_us(lambda: sum(1 for _ in hand_batches(data, 0, generator, augment)), repeats),
+    return _paired_us(
+        lambda: sum(1 for _ in loader), lambda: sum(1 for _ in hand_batches(data, 0, generator, augment)), repeats
     )
 
 
@@ -249,7 +272,7 @@ def evaluation_alone(data: Data, repeats: int) -> tuple[float, float]:
         return batches
 
     try:
-        return _median_us(harness, repeats), _median_us(by_hand, repeats)
+        return _paired_us(harness, by_hand, repeats)
     finally:
         trainer.close()
 
@@ -261,33 +284,34 @@ def _where(device: torch.device) -> str:
     return f"{torch.cuda.get_device_name(device)} (the host: 1 thread)" if device.type == "cuda" else "CPU, 1 thread"
 
 
-def _median(runs: list[Steps], clock: int) -> float:
-    return statistics.median(run.steady_us(clock) for run in runs)
-
-
-def flop_counted_first_step_ms(results: dict[str, list[Steps]]) -> float:
+def flop_counted_first_step_ms(results: dict[str, list[Lockstep]]) -> float:
     """The first step with FlopCounter minus the first step without, main-thread CPU (median of the repeats)."""
     with_counter = statistics.median(run.first_us(MAIN_THREAD) for run in results["+ FlopCounter"])
     return (with_counter - statistics.median(run.first_us(MAIN_THREAD) for run in results["+ RunTimer"])) / 1000
 
 
-def print_results(results: dict[str, list[Steps]]) -> None:
-    """The table of variants: medians of the repeats, and each one's difference from the hand-written loop."""
-    hand = [_median(results[VARIANTS[0]], clock) for clock in range(len(CLOCKS))]
-    print(f"{'us per step':<28}" + "".join(f" {name:>12} {'+/-hand':>8}" for name in CLOCKS))
+def print_results(results: dict[str, list[Lockstep]]) -> None:
+    """Per variant and clock, medians of the repeats: the harness's step, its twin's, and the difference."""
+    print(f"{'us per step':<30}" + "".join(f" {name + ': harness':>20} {'twin':>7} {'extra':>7}" for name in CLOCKS))
     for name, runs in results.items():
-        cells = [(_median(runs, clock), _median(runs, clock) - hand[clock]) for clock in range(len(CLOCKS))]
-        print(f"{name:<28}" + "".join(f" {value:12.1f} {extra:+8.1f}" for value, extra in cells))
+        cells = []
+        for clock in range(len(CLOCKS)):
+            harness, twin, extra = (
+                statistics.median(getattr(run, part)(clock) for run in runs)
+                for part in ("harness_us", "twin_us", "extra_us")
+            )
+            cells.append(f" {harness:20.1f} {twin:7.1f} {extra:+7.1f}")
+        print(f"{name:<30}" + "".join(cells))
 
 
-def harness_extra_us(results: dict[str, list[Steps]], row: str, clock: int = MAIN_THREAD) -> Interval:
-    """The harness's microseconds per step over the hand-written loop on clock number `clock` of `CLOCKS`,
-    paired by repeat (each repeat runs both, interleaved), with its 95% t-interval (`paired_goal`)."""
-    harness, hand = ([run.steady_us(clock) for run in results[name]] for name in (row, VARIANTS[0]))
-    return paired_difference(harness, hand)
+def harness_extra_us(results: dict[str, list[Lockstep]], row: str, clock: int = MAIN_THREAD) -> Interval:
+    """The harness's microseconds per step over its hand-written twin on clock number `clock` of `CLOCKS`,
+    paired step by step within each run, with the 95% t-interval over the runs (`paired_goal`)."""
+    runs = results[row]
+    return paired_difference([run.harness_us(clock) for run in runs], [run.twin_us(clock) for run in runs])
 
 
-def goal_lines(results: dict[str, list[Steps]], default_row: str) -> list[str]:
+def goal_lines(results: dict[str, list[Lockstep]], default_row: str) -> list[str]:
     """One verdict line per logger row and clock: the CUDA machine's row (the child writes) first, then the
     thread writer's; the row `default_row` (what cadence-bench runs on this machine) is marked."""
     judged = []
@@ -325,11 +349,12 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"host time per training step outside the model: {_where(device)}, Linear(3072, 10) on {args.batch_size} "
         f"images of 32x32 with flip+crop, {args.steps} steps ({STEPS_PER_EPOCH} an epoch, an evaluation of "
-        f"{EVAL_BATCHES} batches of {EVAL_BATCH_SIZE} after each), median of {args.repeats} interleaved runs"
+        f"{EVAL_BATCHES} batches of {EVAL_BATCH_SIZE} after each), each run in lockstep with a hand-written twin; "
+        f"median of {args.repeats} runs of each variant, interleaved"
     )
     print(f"{cpu_description()}; torch {torch.__version__}")
     print_results(results)
-    print(f"the harness over the hand-written loop, per step (goal: <= {GOAL_US:.0f} us on a CUDA machine's row):")
+    print(f"the harness over its hand-written twin, per step (goal: <= {GOAL_US:.0f} us on a CUDA machine's row):")
     print("\n".join(goal_lines(results, harness_variant(store.uri))))
     print("the pieces alone (main-thread CPU time):")
     print(f"  loader + flip/crop: {loader_us:.1f} us per batch (hand-written {hand_loader_us:.1f}, "
