@@ -266,12 +266,13 @@ class TensorLoader:
         order = self._start_epoch()
         device_order = _to_device(order, self.device)  # one copy per epoch, which the host does not wait for
         self.epoch += 1
+        same = device_order is order  # on the CPU: one slice serves as both
         for start in range(0, len(self) * self.batch_size, self.batch_size):
-            stop = start + self.batch_size
+            index = order[start : start + self.batch_size]
+            device_index = index if same else device_order[start : start + self.batch_size]
             if self.world_size > 1:
-                yield self._batch(*self._share(order[start:stop], device_order[start:stop]))
-            else:
-                yield self._batch(order[start:stop], device_order[start:stop])
+                index, device_index = self._share(index, device_index)
+            yield self._batch(index, device_index)
 
     def _share(self, index: torch.Tensor, device_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's contiguous part of a batch (views: no copy, no sync)."""
