@@ -26,6 +26,7 @@ first occurrence.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -48,9 +49,9 @@ Key = tuple[Any, ...]
 def shapes_of(value: Any) -> Any:
     """The shapes and dtypes of every tensor in a batch (tuples, lists and dicts), as a hashable key."""
     if isinstance(value, torch.Tensor):
-        return (tuple(value.shape), str(value.dtype))
+        return (value.shape, value.dtype)  # a torch.Size is a tuple
     if isinstance(value, (list, tuple)):  # before Mapping, an ABC whose isinstance check costs more (every step)
-        return tuple(shapes_of(v) for v in value)
+        return tuple(map(shapes_of, value))  # map: no generator frame (this runs every step)
     if isinstance(value, Mapping):
         return tuple((str(k), shapes_of(v)) for k, v in sorted(value.items(), key=lambda item: str(item[0])))
     return type(value).__name__
@@ -84,12 +85,15 @@ class _Structure:
             self._modules = sum(1 for _ in model.modules())
             self._parameters = list(model.parameters())
             self._stale = False
-        return (model.training, self._modules, sum(p.requires_grad for p in self._parameters))
+        return (model.training, self._modules, sum(map(_REQUIRES_GRAD, self._parameters)))  # in C: every step
 
     def close(self) -> None:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+
+
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
 def job_sum(value: float) -> float:
@@ -155,7 +159,7 @@ class FlopCounter(Callback):
     # Training microbatches ------------------------------------------------------------------
     def fit_start(self, state: State, logger: Logger) -> None:
         model = state.model
-        self._hooks = [model.register_forward_pre_hook(self._pre_forward), model.register_forward_hook(self._forward)]
+        self._hooks = [model.register_forward_pre_hook(self._pre_forward)]  # one call per forward, none after it
 
     def before_forward(self, state: State, logger: Logger) -> None:
         self._in_step = True
@@ -170,10 +174,12 @@ class FlopCounter(Callback):
         if self._in_step or self._in_eval:
             return
         self._begin(("forward", shapes_of(args), torch.is_grad_enabled(), self._structure_of(module)))
+        if self._mode is not None:  # counting this forward: end as it returns (or raises), once
+            self._hooks.append(module.register_forward_hook(self._forward_counted, always_call=True))
 
-    def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if not self._in_step and not self._in_eval:
-            self._end()
+    def _forward_counted(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        self._end()
+        self._hooks.pop().remove()
 
     # Evaluation is not counted --------------------------------------------------------------
     def eval_start(self, state: State, logger: Logger) -> None:

@@ -113,7 +113,11 @@ def batch_to_device(batch: Any, device: torch.device, non_blocking: bool = False
             return batch
         return batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, tuple):  # before Mapping: an ABC check costs more than the common case
-        return tuple(batch_to_device(v, device, non_blocking) for v in batch)
+        moved = []  # a loop, not a generator: tensors already on `device` (every step's case) cost no call
+        for value in batch:
+            on_device = value.__class__ is torch.Tensor and value.device == device
+            moved.append(value if on_device else batch_to_device(value, device, non_blocking))
+        return tuple(moved)
     if isinstance(batch, list):
         return [batch_to_device(v, device, non_blocking) for v in batch]
     if isinstance(batch, Mapping):

@@ -7,6 +7,8 @@ checkpoints through `state_dict`.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cadence.event import Event
@@ -26,6 +28,13 @@ _HANDLERS = {event: event.value for event in Event}
 class Callback:
     def run_event(self, event: Event, state: State, logger: Logger) -> None:
         getattr(self, _HANDLERS[event])(state, logger)
+
+    def handler(self, event: Event) -> Callable[[State, Logger], None]:
+        """What the engine calls on `event`: the handler method itself, or ``run_event`` bound to `event` where a
+        subclass overrides ``run_event``. The engine looks it up once per plan (one call per event, not two)."""
+        if type(self).run_event is Callback.run_event:
+            return getattr(self, _HANDLERS[event])
+        return functools.partial(self.run_event, event)
 
     def handles(self, event: Event) -> bool:
         """True if this callback overrides the handler of `event` (the engine skips the rest)."""

@@ -122,7 +122,7 @@ class Engine:
             state.callbacks = list(callbacks)
         self.logger = logger if logger is not None else Logger(state)
         self._algorithm_plan: dict[Event, list[Algorithm]] = {}
-        self._callback_plan: dict[Event, list[Callback]] = {}
+        self._callback_plan: dict[Event, list[tuple[Callback, Any]]] = {}  # (callback, its handler of the event)
         self._planned_algorithms: list[Algorithm] | None = None  # the lists the plan was made from
         self._planned_callbacks: list[Callback] | None = None
         self._planned_sizes = (0, 0)
@@ -140,23 +140,24 @@ class Engine:
         for event in Event:
             candidates = [a for a in ranked if not a.events or event in a.events]
             self._algorithm_plan[event] = candidates[::-1] if event.runs_methods_in_reverse else candidates
-            self._callback_plan[event] = _callback_order(event, [c for c in callbacks if c.handles(event)])
+            ordered = _callback_order(event, [c for c in callbacks if c.handles(event)])
+            self._callback_plan[event] = [(callback, callback.handler(event)) for callback in ordered]
         self._planned_algorithms, self._planned_callbacks = algorithms, callbacks
         self._planned_sizes = (len(algorithms), len(callbacks))
         self._trace_names = {id(a): f"{a!r}/" for a in views}  # repr once per plan, not once per event
 
     def plan(self, event: Event | str) -> list[Algorithm]:
         """The methods that may run on `event`, in the order they would run (as listed in ``state.algorithms``)."""
-        self._replan_if_stale()
+        self._check_plan(refuse_closed=False)
         return [_listed(algorithm) for algorithm in self._algorithm_plan[Event(event)]]
 
     def describe(self) -> str:
         """A printable table of which method may run on which event, in order."""
-        self._replan_if_stale()
+        self._check_plan(refuse_closed=False)
         lines = ["event                 methods (in run order) | callbacks"]
         for event in Event:
             methods = [_described(a) for a in self._algorithm_plan[event]]
-            callbacks = [type(c).__name__ for c in self._callback_plan[event]]
+            callbacks = [type(c).__name__ for c, _ in self._callback_plan[event]]
             if methods or callbacks:
                 lines.append(f"{event.value:<21} {', '.join(methods) or '-'} | {', '.join(callbacks) or '-'}")
         if len(lines) == 1:
@@ -164,9 +165,8 @@ class Engine:
         return "\n".join(lines)
 
     # Running ----------------------------------------------------------------------
-    # The hot path: ~13 events per batch. An event nobody plans on costs one staleness check and two
-    # dict reads; a matched method costs its `match` and `apply` calls, and its `Trace` is only built
-    # if somebody reads the returned mapping.
+    # The hot path: ~13 events per batch. An idle event costs a staleness check and two dict reads; a matched
+    # method its `match` and `apply` calls (its `Trace` is built only if read); a callback one call.
     def run_event(self, event: Event | str) -> Traces:
         """Run the methods matched on `event` (in plan order) and the callbacks that handle it.
 
@@ -180,11 +180,22 @@ class Engine:
             _claim(self)
             self.run_callbacks(event)
             return self.run_algorithms(event)
-        self._check_plan()
-        algorithms, callbacks = self._algorithm_plan[event], self._callback_plan[event]
+        state = self.state  # `_check_plan` and `run_callbacks`, inlined: a dozen events run per batch
+        if (
+            self._closed
+            or state.algorithms is not self._planned_algorithms
+            or state.callbacks is not self._planned_callbacks
+            or len(state.algorithms) != self._planned_sizes[0]
+            or len(state.callbacks) != self._planned_sizes[1]
+        ):
+            self._check_plan()
+        algorithms = self._algorithm_plan[event]
         traces = self._apply(event, algorithms) if algorithms else _NO_TRACES
-        if callbacks:
-            self._run_planned_callbacks(event, callbacks)
+        for callback, handler in self._callback_plan[event]:
+            try:
+                handler(state, self.logger)
+            except Exception as error:
+                raise MethodError(type(callback).__name__, event, error) from error
         return traces
 
     def run_algorithms(self, event: Event | str) -> Traces:
@@ -200,10 +211,16 @@ class Engine:
         if event.__class__ is not Event:
             event = Event(event)
         self._check_plan()
-        self._run_planned_callbacks(event, self._callback_plan[event])
+        state, logger = self.state, self.logger
+        for callback, handler in self._callback_plan[event]:
+            try:
+                handler(state, logger)
+            except Exception as error:
+                raise MethodError(type(callback).__name__, event, error) from error
 
-    def _check_plan(self) -> None:
-        """Refuse a closed engine; replan if ``state.algorithms`` or ``state.callbacks`` was replaced or resized.
+    def _check_plan(self, refuse_closed: bool = True) -> None:
+        """Refuse a closed engine (to run events); replan if ``state.algorithms`` or ``state.callbacks`` was
+        replaced or resized.
 
         Replacing an item of the same list in place is not noticed; call `refresh()` after doing that.
         """
@@ -215,13 +232,8 @@ class Engine:
             or len(algorithms) != self._planned_sizes[0]
             or len(callbacks) != self._planned_sizes[1]
         ):
-            self._ensure_open()
-            self.refresh()
-
-    def _replan_if_stale(self) -> None:
-        algorithms, callbacks = self.state.algorithms, self.state.callbacks
-        same_lists = algorithms is self._planned_algorithms and callbacks is self._planned_callbacks
-        if not same_lists or self._planned_sizes != (len(algorithms), len(callbacks)):
+            if refuse_closed:
+                self._ensure_open()
             self.refresh()
 
     def _apply(self, event: Event, algorithms: list[Algorithm]) -> Traces:
@@ -237,14 +249,6 @@ class Engine:
                     ran = []
                 ran.append((algorithm, exit_code))
         return _NO_TRACES if ran is None else _LazyTraces(event, ran, self._trace_names)
-
-    def _run_planned_callbacks(self, event: Event, callbacks: list[Callback]) -> None:
-        state, logger = self.state, self.logger
-        for callback in callbacks:
-            try:
-                callback.run_event(event, state, logger)
-            except Exception as error:
-                raise MethodError(type(callback).__name__, event, error) from error
 
     def check_applicable(self, batch: Any) -> None:
         """Ask every method whether it can work on the model with batches like `batch` (before any runs).
