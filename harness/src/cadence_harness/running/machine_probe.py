@@ -42,8 +42,9 @@ def host_load() -> float:
 def host_speed_us(repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> float:
     """Microseconds `SPEED_UNIT` iterations of a fixed pure-Python loop take on this thread (the best of
     `repeats` timings of `SPEED_WORK`, scaled): the interpreter's speed on this host right now, which is what a
-    host-bound training step runs at. It costs about 0.5 ms per reading (20,000 iterations timed 3 times, until
-    2026-11-28, cost 2.6 ms: 40 us per step of harness_step's run, which reads it at each evaluation)."""
+    host-bound training step runs at. It costs about 0.1 ms per repeat (20,000 iterations timed 3 times, until
+    2026-11-28, cost 2.6 ms: 40 us per step of harness_step's run, which reads it at each evaluation; since
+    2026-11-29 an evaluation's reading is one repeat)."""
     best = float("inf")
     for _ in range(repeats):
         start = clock()
@@ -95,9 +96,11 @@ class MachineProbe:
         """At the fit's start, before its clocks: where the host's steal counter stands."""
         self.steal_at_start = steal_ticks()
 
-    def read(self) -> None:
+    def read(self, speed_repeats: int = 5) -> None:
+        """The readings now; the host's speed as the best of `speed_repeats` timings (1 at each evaluation, where the
+        readings' median guards against a preempted one; 5 at the end, which may be the only reading)."""
         self.loads.append(host_load())
-        self.speeds_us.append(host_speed_us())
+        self.speeds_us.append(host_speed_us(speed_repeats))
         if self.steal_at_start is not None:
             self.steal_at_end = steal_ticks()
         if self.device.type == "cuda":

@@ -197,7 +197,7 @@ class RunTimer(Callback):
         if self.train is None:  # an eval() outside fit()
             return
         if self.probe is not None:
-            self.probe.read()  # after the device worked on training and evaluation, outside the timed region
+            self.probe.read(speed_repeats=1)  # after the device worked (training and evaluation), outside the timing
         train_s = self.train.total
         metrics: dict[str, float] = {
             "time/train_s": train_s,

@@ -91,7 +91,8 @@ def _first_tensor(batch: Any) -> torch.Tensor | None:
 
 def batch_num_samples(batch: Any) -> int:
     """The number of samples: the leading dimension of the first tensor in the batch."""
-    tensor = _first_tensor(batch)
+    first = batch[0] if batch.__class__ is tuple and batch else None  # (inputs, targets): every batch, no search
+    tensor = first if isinstance(first, torch.Tensor) else _first_tensor(batch)
     if tensor is None or tensor.ndim == 0:
         raise TypeError(
             f"cannot tell the number of samples in a batch of type {type(batch).__name__}; "
@@ -102,6 +103,8 @@ def batch_num_samples(batch: Any) -> int:
 
 def batch_num_tokens(batch: Any) -> int:
     """Tokens in a language-model batch (``input_ids.numel()``), else 0. Reads shapes only: no sync."""
+    if batch.__class__ is tuple:  # the common case, before the Mapping ABC's slow check
+        return 0
     if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
         return int(batch["input_ids"].numel())
     return 0

@@ -11,7 +11,7 @@ import torch
 from cadence._timestring import Count
 from cadence.batch import BatchKey, batch_get_item, batch_set_item
 from cadence.precision import Precision
-from cadence.time import Time, TimeLike, Timestamp, TimeUnit, parse_time
+from cadence.time import _COUNTERS, Time, TimeLike, Timestamp, TimeUnit, parse_time
 
 if TYPE_CHECKING:
     from torchmetrics import Metric
@@ -267,6 +267,9 @@ class State:
         return Time(min(fraction, 1.0), TimeUnit.DURATION)
 
     def is_done(self) -> bool:
-        if self.max_duration is None:
+        duration = self._max_duration  # asked after every batch: the counter is read without `Timestamp.get`
+        if duration is None:
             return False
-        return self.timestamp.get(self.max_duration.unit) >= self.max_duration.value
+        counter = _COUNTERS.get(duration.unit)
+        done = getattr(self.timestamp, counter) if counter else self.timestamp.get(duration.unit)
+        return done >= duration.value

@@ -346,7 +346,7 @@ class Trainer:
         state = self.state
         assert self._data.train is not None
         batches = self._data.train.epoch(state.timestamp.epoch, skip_batches=state.timestamp.batch_in_epoch)
-        while not (state.dataloader_len and state.timestamp.batch_in_epoch >= state.dataloader_len):
+        while not ((length := state.dataloader_len) and state.timestamp.batch_in_epoch >= length):
             self.engine.run_event(Event.BEFORE_DATALOADER)
             try:
                 batch = next(batches)
@@ -475,23 +475,23 @@ class Trainer:
             self.engine.run_event(Event.ITERATION_CHECKPOINT)
 
     def _evaluate_and_save_if_due(self, event: Event, checkpoint_event: Event) -> None:
-        if self._data.eval is not None and self._eval_interval is not None and self._eval_interval(self.state, event):
+        state, folder, saving = self.state, self.save_folder, self._save_interval
+        if self._data.eval is not None and self._eval_interval is not None and self._eval_interval(state, event):
             self._evaluate()
-        save = (
-            self.save_folder is not None and self._save_interval is not None and self._save_interval(self.state, event)
-        )
-        self._run_event_saving(checkpoint_event, save)
+        self._run_event_saving(checkpoint_event, folder is not None and saving is not None and saving(state, event))
 
     def _run_event_saving(self, event: Event, save: bool) -> None:
         """`event`, with the checkpoint (when `save`) written after its methods and before its callbacks:
         methods prepare what is saved (``state.checkpoint_due`` tells them), callbacks see it written."""
-        self.state.checkpoint_due = save
+        if not save:  # the usual case, after every batch: the event in one dispatch
+            self.engine.run_event(event)
+            return
+        self.state.checkpoint_due = True
         try:
             self.engine.run_algorithms(event)
         finally:
             self.state.checkpoint_due = False
-        if save:
-            self._save()
+        self._save()
         self.engine.run_callbacks(event)
 
     # Evaluation and prediction ----------------------------------------------------------
