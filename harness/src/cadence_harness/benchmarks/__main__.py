@@ -1,6 +1,6 @@
-"""Run every benchmark: start-up, trainer overhead, the harness's host time per step, the operations a real
-recipe's step dispatches, the loaders alone, augmentation, model surgery, the compiled step, memory per rank
-under FSDP2."""
+"""Run every benchmark: start-up, trainer overhead, the harness's host time and Python calls per step, the
+operations a real recipe's step dispatches, the loaders alone, augmentation, model surgery, the compiled step,
+memory per rank under FSDP2."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ BENCHMARKS = (
     "startup",
     "overhead",
     "harness_step",
+    "step_calls",
     "step_ops",
     "loader_rate",
     "augment",

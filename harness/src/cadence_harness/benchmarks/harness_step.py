@@ -106,16 +106,24 @@ class Lockstep:
     reached: list[tuple[float, ...]] = field(default_factory=list)
     twin_done: list[tuple[float, ...]] = field(default_factory=list)
 
-    def harness_us(self, clock: int) -> float:
-        """The harness's microseconds per step after the warm-up: from each twin step's end to the next
-        BATCH_END, on clock number `clock` of `CLOCKS`."""
+    def harness_per_step(self, clock: int) -> float:
+        """The harness's mean span per step after the warm-up on clock number `clock` (seconds, or whatever the
+        marks count): from each twin step's end to the next BATCH_END."""
         spans = (self.reached[i][clock] - self.twin_done[i - 1][clock] for i in range(WARMUP_STEPS, len(self.reached)))
-        return 1e6 * sum(spans) / (len(self.reached) - WARMUP_STEPS)
+        return sum(spans) / (len(self.reached) - WARMUP_STEPS)
+
+    def twin_per_step(self, clock: int) -> float:
+        """The twin's mean span per step after the warm-up."""
+        spans = (self.twin_done[i][clock] - self.reached[i][clock] for i in range(WARMUP_STEPS, len(self.reached)))
+        return sum(spans) / (len(self.reached) - WARMUP_STEPS)
+
+    def harness_us(self, clock: int) -> float:
+        """The harness's microseconds per step after the warm-up, on clock number `clock` of `CLOCKS`."""
+        return 1e6 * self.harness_per_step(clock)
 
     def twin_us(self, clock: int) -> float:
         """The twin's microseconds per step after the warm-up."""
-        spans = (self.twin_done[i][clock] - self.reached[i][clock] for i in range(WARMUP_STEPS, len(self.reached)))
-        return 1e6 * sum(spans) / (len(self.reached) - WARMUP_STEPS)
+        return 1e6 * self.twin_per_step(clock)
 
     def extra_us(self, clock: int) -> float:
         return self.harness_us(clock) - self.twin_us(clock)
@@ -148,24 +156,27 @@ class HandTwin:
 
 
 class LockstepClock(Callback):
-    """At every BATCH_END (after the other callbacks'), marks the time, runs one twin step, marks again."""
+    """At every BATCH_END (after the other callbacks'), marks the time, runs one twin step, marks again.
+    `now` reads the marks (every clock of `CLOCKS`; `step_calls` counts calls instead)."""
 
-    def __init__(self, twin: HandTwin, marks: Lockstep):
-        self.twin, self.marks = twin, marks
+    def __init__(self, twin: HandTwin, marks: Lockstep, now: Callable[[], tuple[float, ...]] = _now):
+        self.twin, self.marks, self.now = twin, marks, now
 
     def fit_start(self, state: Any, logger: Any) -> None:
-        self.marks.start = _now()
+        self.marks.start = self.now()
 
     def batch_end(self, state: Any, logger: Any) -> None:
-        self.marks.reached.append(_now())
+        self.marks.reached.append(self.now())
         self.twin.step()
-        self.marks.twin_done.append(_now())
+        self.marks.twin_done.append(self.now())
 
 
 # The harness's path --------------------------------------------------------------------------------
-def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tuple[Lockstep, Trainer]:
-    """The Trainer with the first `pieces` of (RunTimer, FlopCounter, MLFlowLogger) beside its hand-written twin;
-    the logger writes its store from a thread at `pieces` 3, from its child process at 4."""
+def trainer_run(
+    data: Data, steps: int, pieces: int, store: MLflowStore, now: Callable[[], tuple[float, ...]] = _now
+) -> tuple[Lockstep, Trainer]:
+    """The Trainer with the first `pieces` of (RunTimer, FlopCounter, MLFlowLogger) beside its hand-written twin,
+    marked by `now`; the logger writes its store from a thread at `pieces` 3, from its child process at 4."""
     marks, timer = Lockstep(), RunTimer("MulticlassAccuracy", 0.99)
     flops = FlopCounter(on_count=timer.time_apart)
     callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.running.run.execute builds them
@@ -177,7 +188,7 @@ def trainer_run(data: Data, steps: int, pieces: int, store: MLflowStore) -> tupl
         eval_interval="1ep",
         max_duration=f"{steps}ba",
         optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-        callbacks=[*callbacks, LockstepClock(HandTwin(data), marks)],
+        callbacks=[*callbacks, LockstepClock(HandTwin(data), marks, now)],
         loggers=[store.logger(out_of_process=pieces == 4)] if pieces >= 3 else [],
         device=data.device,
         precision="fp32",  # as the hand-written loop

@@ -1,0 +1,40 @@
+"""The harness's Python calls per training step, counted beside its hand-written twin (`step_calls`)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from cadence_harness.benchmarks import step_calls
+from cadence_harness.benchmarks.harness_step import VARIANTS, WARMUP_STEPS
+from cadence_harness.benchmarks.step_workload import STEPS_PER_EPOCH
+
+
+def test_the_call_counter_counts_python_calls_and_c_calls_of_its_thread() -> None:
+    counter = step_calls.CallCounter()
+
+    def work() -> int:
+        return len([1, 2])
+
+    sys.setprofile(counter)
+    try:
+        work()
+        work()
+    finally:
+        sys.setprofile(None)
+    assert counter.python == 2 and counter.c >= 2  # two calls of work, each calling len (then setprofile itself)
+
+
+def test_the_full_harness_stays_within_its_budget_of_extra_python_calls_per_step(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every variant over two epochs with an evaluation each: printed, and the full harness held to the budget."""
+    counts = step_calls.main(["--steps", str(2 * STEPS_PER_EPOCH + WARMUP_STEPS), "--batch-size", "4"])
+    out = capsys.readouterr().out
+    for variant in VARIANTS:
+        assert variant in out
+    assert f"the budget of {step_calls.PYTHON_CALLS_BUDGET}" in out
+    full, bare = counts[VARIANTS[-1]], counts[VARIANTS[0]]
+    assert 50 < full.twin["python"] < bare.harness["python"] < full.harness["python"]  # each piece adds calls
+    assert full.extra("python") <= step_calls.PYTHON_CALLS_BUDGET, full
