@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["FlopCounter", "shapes_of"]
 
 Key = tuple[Any, ...]
+_SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")  # what `shapes_of` keys a tensor by: (torch.Size, dtype)
+_IS_TENSOR = torch.Tensor.__instancecheck__  # isinstance(x, torch.Tensor) as one argument's function
 
 
 def shapes_of(value: Any) -> Any:
@@ -51,7 +53,9 @@ def shapes_of(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return (value.shape, value.dtype)  # a torch.Size is a tuple
     if isinstance(value, (list, tuple)):  # before Mapping, an ABC whose isinstance check costs more (every step)
-        return tuple(map(shapes_of, value))  # map: no generator frame (this runs every step)
+        if all(map(_IS_TENSOR, value)):  # (inputs, targets), every step: keyed in C, no call per item
+            return tuple(map(_SHAPE_AND_DTYPE, value))
+        return tuple(map(shapes_of, value))  # map: no generator frame
     if isinstance(value, Mapping):
         return tuple((str(k), shapes_of(v)) for k, v in sorted(value.items(), key=lambda item: str(item[0])))
     return type(value).__name__
@@ -163,7 +167,7 @@ class FlopCounter(Callback):
 
     def before_forward(self, state: State, logger: Logger) -> None:
         self._in_step = True
-        self._begin(("step", shapes_of(state.batch), self._structure_of(state.model)))
+        self._begin(("step", shapes_of(state.batch), (self._structure or self._new_structure())(state.model)))
 
     def after_backward(self, state: State, logger: Logger) -> None:
         self._end()
@@ -173,7 +177,8 @@ class FlopCounter(Callback):
     def _pre_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         if self._in_step or self._in_eval:
             return
-        self._begin(("forward", shapes_of(args), torch.is_grad_enabled(), self._structure_of(module)))
+        structure = self._structure or self._new_structure()
+        self._begin(("forward", shapes_of(args), torch.is_grad_enabled(), structure(module)))
         if self._mode is not None:  # counting this forward: end as it returns (or raises), once
             self._hooks.append(module.register_forward_hook(self._forward_counted, always_call=True))
 
@@ -207,7 +212,7 @@ class FlopCounter(Callback):
             self._structure.close()
             self._structure = None
 
-    def _structure_of(self, model: torch.nn.Module) -> tuple[bool, int, int]:
-        if self._structure is None:  # the first count of a fit (close() ends it)
-            self._structure = _Structure()
-        return self._structure(model)
+    def _new_structure(self) -> _Structure:
+        """At the first count of a fit (close() ends it)."""
+        self._structure = _Structure()
+        return self._structure

@@ -179,7 +179,7 @@ class RunTimer(Callback):
             self.shape_warmups += 1
             self._warmup_samples += state.timestamp.sample - self._batch_samples
             self.train.start()
-        if self.warmup.running and state.timestamp.batch >= self.warmup_batches:
+        if self.warmup._start is not None and state.timestamp.batch >= self.warmup_batches:  # running, read inline
             self.warmup.stop()
             self._samples_at_start = state.timestamp.sample
             self._tokens_at_start = state.timestamp.token

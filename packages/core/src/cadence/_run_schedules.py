@@ -49,8 +49,9 @@ class RunSchedules:
 
     def learning_rates(self) -> dict[str, float]:
         """``lr-<Optimizer>/group<i>`` -> the group's current learning rate (logged every batch)."""
-        return {
-            f"lr-{type(optimizer).__name__}/group{i}": group["lr"]
-            for optimizer in self.state.optimizers
-            for i, group in enumerate(optimizer.param_groups)
-        }
+        rates = {}  # a loop, not a comprehension: no extra frame every batch
+        for optimizer in self.state.optimizers:
+            name = type(optimizer).__name__
+            for i, group in enumerate(optimizer.param_groups):
+                rates[f"lr-{name}/group{i}"] = group["lr"]
+        return rates

@@ -198,7 +198,8 @@ class MLFlowLogger(LoggerDestination):
                 )
             return
         self._outbox.put_metrics(metrics, step)
-        self._notices.emit()
+        if self._notices.deferred:  # every batch: no call unless a background thread has warned
+            self._notices.emit()
 
     def log_hyperparameters(self, params: Mapping[str, Any]) -> None:
         """Log params: nested mappings flattened to ``a/b`` keys, values as stable strings.

@@ -47,7 +47,7 @@ class Notices:
     """Warnings for the caller, as `MLflowLoggerWarning`; those of the background threads wait for its next call."""
 
     def __init__(self) -> None:
-        self._deferred: deque[str] = deque()
+        self.deferred: deque[str] = deque()  # the background threads' warnings, not issued yet
         self._warned: set[tuple[str, str]] = set()
 
     def warn(self, message: str) -> None:
@@ -64,12 +64,12 @@ class Notices:
 
     def defer(self, message: str) -> None:
         """From the background threads: the warning is issued at the caller's next call."""
-        self._deferred.append(message)
+        self.deferred.append(message)
 
     def emit(self) -> None:
-        while self._deferred:
+        while self.deferred:
             try:
-                message = self._deferred.popleft()
+                message = self.deferred.popleft()
             except IndexError:
                 return
             self.warn(message)

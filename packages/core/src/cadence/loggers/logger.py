@@ -68,7 +68,8 @@ class Logger:
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if not self.destinations:
             return
-        step = self._step(step)
+        if step is None:  # `_step`, inline: the trainer logs every batch
+            step = int(self._state.timestamp.batch) if self._state is not None else 0
         for destination in self.destinations:
             destination.log_metrics(metrics, step)
 
