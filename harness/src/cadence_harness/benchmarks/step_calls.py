@@ -35,9 +35,10 @@ from cadence_harness.benchmarks.step_workload import EVAL_BATCHES, STEPS_PER_EPO
 __all__ = ["PYTHON_CALLS_BUDGET", "CallCounter", "StepCalls", "count_all", "count_variant", "main"]
 
 KINDS = ("python", "c")  # the order of `CallCounter.now`'s counts
-# Extra Python calls per step allowed to the full harness row: 85 counted on 2026-11-29 (two evaluations in 128
-# steps), plus room for a library's own change. A regression guard held by a test, not issue 27's goal (time).
-PYTHON_CALLS_BUDGET = 95
+# Extra Python calls per step allowed to the full harness row: 78 counted on 2026-11-29 over two epochs with an
+# evaluation each, as the test runs it (74 over the default 184 steps; session 18's code: 93), plus room for a
+# library's own change. A regression guard held by a test, not issue 27's goal (which is time).
+PYTHON_CALLS_BUDGET = 85
 
 
 class CallCounter:

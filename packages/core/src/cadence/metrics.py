@@ -85,4 +85,4 @@ class MulticlassAccuracy(_PlainAttributes, _TorchmetricsMulticlassAccuracy):
         self.tp.add_(correct)
         self.fp.add_(wrong)
         self.fn.add_(wrong)
-        self.tn.add_(correct.add(wrong, alpha=2).neg_().add_(target.numel() * self.num_classes))
+        self.tn.sub_(wrong).add_(target.numel() * (self.num_classes - 1))  # N*C - tp - fp - fn = N*(C-1) - wrong
