@@ -367,6 +367,9 @@ def main(argv: list[str] | None = None) -> None:
     print_results(results)
     print(f"the harness over its hand-written twin, per step (goal: <= {GOAL_US:.0f} us on a CUDA machine's row):")
     print("\n".join(goal_lines(results, harness_variant(store.uri))))
+    share = statistics.median(run.extra_us(MAIN_THREAD) / run.twin_us(MAIN_THREAD) for run in results[CHILD])
+    print(f"  as a share of the twin's step: {100 * share:.0f} % (steadier across hosts than the us: a slower host "
+          "slows both; python -m cadence_harness.benchmarks.step_calls counts the work itself)")  # fmt: skip
     print("the pieces alone (main-thread CPU time):")
     print(f"  loader + flip/crop: {loader_us:.1f} us per batch (hand-written {hand_loader_us:.1f}, "
           f"{loader_us - hand_loader_us:+.1f})")  # fmt: skip
