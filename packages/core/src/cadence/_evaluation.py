@@ -27,21 +27,23 @@ def run_eval(engine: Engine, batches: Iterable[Any]) -> dict[str, float]:
     state = engine.state
     was_training = state.model.training
     state.model.eval()
-    for metric in state.eval_metrics.values():
+    metrics = list(state.eval_metrics.values())  # once per evaluation, as the autocast context: not per batch
+    for metric in metrics:
         metric.reset()
     engine.run_event(Event.EVAL_START)
     evaluated = 0
-    checking = [m for m in state.eval_metrics.values() if getattr(m, "validate_args", None) is True]
+    checking = [m for m in metrics if getattr(m, "validate_args", None) is True]
+    autocast = autocast_context(state.precision, state.device)  # entered once per batch, never nested
     try:
         for batch in batches:
             evaluated += 1
             state.batch = batch_to_device(batch, state.device)
             engine.run_event(Event.EVAL_BATCH_START)
             engine.run_event(Event.EVAL_BEFORE_FORWARD)
-            with autocast_context(state.precision, state.device):
+            with autocast:
                 state.outputs = state.model.eval_forward(state.batch)
             engine.run_event(Event.EVAL_AFTER_FORWARD)
-            for metric in state.eval_metrics.values():
+            for metric in metrics:
                 state.model.update_metric(state.batch, state.outputs, metric)
             if evaluated == 1:  # inputs checked on the first batch only: the check reads values back (a sync)
                 for metric in checking:

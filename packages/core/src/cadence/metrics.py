@@ -81,7 +81,7 @@ class MulticlassAccuracy(_PlainAttributes, _TorchmetricsMulticlassAccuracy):
             super().update(preds, target)
             return
         correct = (preds.argmax(dim=1) == target).sum()
-        wrong = target.numel() - correct
+        wrong = torch.rsub(correct, target.numel())  # numel - correct, without Tensor.__rsub__'s Python wrapper
         self.tp.add_(correct)
         self.fp.add_(wrong)
         self.fn.add_(wrong)
