@@ -548,7 +548,9 @@ def test_outage_keeps_logging_fast_and_delivers_every_point_once(
     assert logger.flush(timeout_s=60)
     logger.finish()
     durations.sort()
-    assert durations[-1] < 0.010, f"slowest log_metrics during the outage: {durations[-1] * 1e3:.1f} ms"
+    # A call that waited on the network would take MLflow's retries (seconds); the slowest call may still lose the
+    # GIL to the sender thread for a few switch intervals on a loaded 2-CPU machine (11.7 ms seen once in CI).
+    assert durations[-1] < 0.050, f"slowest log_metrics during the outage: {durations[-1] * 1e3:.1f} ms"
     assert durations[len(durations) // 2] < 0.001
 
     client = MlflowClient(server.uri)
