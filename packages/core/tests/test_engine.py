@@ -74,6 +74,55 @@ def test_callbacks_run_after_algorithms() -> None:
     assert log == ["r@before_loss", "callback"]
 
 
+def test_run_planned_sees_a_method_that_a_callback_added_at_the_next_event() -> None:
+    """The Trainer's in-batch events skip the check before each event; a list changed by what ran is replanned
+    right after it, so the next event runs the new method, as `run_event` would."""
+    log: list[str] = []
+    state = _state()
+
+    class Adder(Callback):
+        def after_dataloader(self, state, logger):
+            state.algorithms.append(Recorder("late", log))  # in place: the same list, one longer
+
+    engine = Engine(state, callbacks=[Adder()])
+    assert engine.run_planned(Event.BEFORE_LOSS) == {}  # idle: nothing planned
+    engine.run_planned(Event.AFTER_DATALOADER)
+    engine.run_planned(Event.BEFORE_LOSS)
+    traces = engine.run_planned(Event.AFTER_LOSS)
+    assert log == ["late@before_loss", "late@after_loss"]
+    assert [trace.event for trace in traces.values()] == [Event.AFTER_LOSS]
+
+
+def test_a_method_replaced_in_place_is_planned_at_the_next_event() -> None:
+    log: list[str] = []
+    state = _state()
+    state.algorithms = [Recorder("old", log)]
+    engine = Engine(state)
+    engine.run_event(Event.BEFORE_LOSS)
+    state.algorithms[0] = Recorder("new", log)  # the same list, the same length
+    engine.run_event(Event.BEFORE_LOSS)
+    assert log == ["old@before_loss", "new@before_loss"]
+
+
+def test_run_planned_refuses_an_engine_closed_by_what_ran_and_names_failures() -> None:
+    state = _state()
+
+    class Closer(Callback):
+        def batch_end(self, state, logger):
+            engine.close()
+
+    engine = Engine(state, callbacks=[Closer()])
+    with pytest.raises(RuntimeError, match="this Engine was closed"):
+        engine.run_planned(Event.BATCH_END)
+
+    class Broken(Callback):
+        def before_loss(self, state, logger):
+            raise KeyError("k")
+
+    with pytest.raises(MethodError, match=r"Broken failed on event 'before_loss'"):
+        Engine(_state(), callbacks=[Broken()]).run_planned(Event.BEFORE_LOSS)
+
+
 def test_plan_is_printable() -> None:
     log: list[str] = []
     engine = Engine(_state(), algorithms=[Recorder("x", log, order=1), Recorder("y", log, order=2)])
@@ -201,3 +250,43 @@ def test_state_batch_helpers_rebuild_instead_of_mutating() -> None:
     assert state.batch_get_item(pair).item() == 7
     with pytest.raises(KeyError, match="input_key/target_key"):
         state.batch_get_item("missing")
+
+
+def test_the_trainer_runs_a_method_that_a_callback_adds_mid_batch_from_the_next_event_on() -> None:
+    """The Trainer's per-batch events skip the check before each event (`run_planned`); a method added by a
+    callback at AFTER_FORWARD of batch 2 still runs at BEFORE_LOSS of that same batch, and a callback that replaces
+    the callback list mid-batch is replanned before the next event too."""
+    from cadence import Trainer
+
+    log: list[str] = []
+    seen: list[int] = []
+
+    class Late(Callback):
+        def after_forward(self, state, logger):
+            if int(state.timestamp.batch) == 1 and not state.algorithms:
+                state.algorithms.append(Recorder("late", log))
+
+    class Counter(Callback):
+        def before_loss(self, state, logger):
+            seen.append(int(state.timestamp.batch))
+
+    class Swapper(Callback):
+        def after_forward(self, state, logger):
+            if int(state.timestamp.batch) == 2:
+                state.callbacks = [*state.callbacks, Counter()]
+
+    batches = [(torch.randn(4, 3, 8, 8), torch.randint(0, 2, (4,))) for _ in range(4)]
+    model = tiny_image_classifier(num_classes=2)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=batches,
+        max_duration="4ba",
+        callbacks=[Late(), Swapper()],
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        device="cpu",
+        progress_bar=False,
+    )
+    trainer.fit()
+    assert log[:2] == ["late@before_loss", "late@after_loss"]  # batch 2 (timestamp.batch 1): from the next event
+    assert log.count("late@before_loss") == 3  # batches 2, 3 and 4
+    assert seen == [2, 3]  # added during batch 3's AFTER_FORWARD, it ran at that batch's BEFORE_LOSS

@@ -64,6 +64,30 @@ def test_every_other_configuration_and_input_takes_torchmetrics_update(kwargs, p
         assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
 
 
+def test_cross_entropy_is_the_mean_over_every_sample_of_every_batch() -> None:
+    """Summed per batch on the device: the mean over unequal batches, with class indices, dense targets, extra
+    dimensions (one loss per position) and an unbatched sample, as ``F.cross_entropy`` over all of them."""
+    generator = torch.Generator().manual_seed(0)
+    logits = [torch.randn(n, 5, generator=generator) for n in (3, 8, 1)]
+    indices = [torch.randint(0, 5, (len(x),), generator=generator) for x in logits]
+    dense = [torch.softmax(torch.randn(len(x), 5, generator=generator), 1) for x in logits]
+    for targets in (indices, dense):
+        metric = CrossEntropy()
+        for x, t in zip(logits, targets):
+            metric.update(x, t)
+        expected = torch.nn.functional.cross_entropy(torch.cat(logits), torch.cat(targets))
+        assert float(metric.compute()) == pytest.approx(float(expected), rel=1e-6)
+    spatial, labels = torch.randn(2, 5, 3, generator=generator), torch.randint(0, 5, (2, 3), generator=generator)
+    single, label = torch.randn(5, generator=generator), torch.tensor(2)
+    metric = CrossEntropy()
+    metric.update(spatial, labels)
+    metric.update(single, label)
+    losses = torch.cat([torch.nn.functional.cross_entropy(spatial, labels, reduction="none").flatten(),
+                        torch.nn.functional.cross_entropy(single, label, reduction="none").reshape(1)])  # fmt: skip
+    assert float(metric.weight) == 7
+    assert float(metric.compute()) == pytest.approx(float(losses.mean()), rel=1e-6)
+
+
 def test_plain_attributes_skip_module_setattr_but_parameters_and_new_names_do_not() -> None:
     metric = CrossEntropy()
     metric._update_count = 5  # an existing plain attribute: stored directly

@@ -38,17 +38,17 @@ def run_eval(engine: Engine, batches: Iterable[Any]) -> dict[str, float]:
         for batch in batches:
             evaluated += 1
             state.batch = batch_to_device(batch, state.device)
-            engine.run_event(Event.EVAL_BATCH_START)
-            engine.run_event(Event.EVAL_BEFORE_FORWARD)
+            engine.run_planned(Event.EVAL_BATCH_START)
+            engine.run_planned(Event.EVAL_BEFORE_FORWARD)
             with autocast:
                 state.outputs = state.model.eval_forward(state.batch)
-            engine.run_event(Event.EVAL_AFTER_FORWARD)
+            engine.run_planned(Event.EVAL_AFTER_FORWARD)
             for metric in metrics:
                 state.model.update_metric(state.batch, state.outputs, metric)
             if evaluated == 1:  # inputs checked on the first batch only: the check reads values back (a sync)
                 for metric in checking:
                     metric.validate_args = False
-            engine.run_event(Event.EVAL_BATCH_END)
+            engine.run_planned(Event.EVAL_BATCH_END)
     finally:
         for metric in checking:
             metric.validate_args = True

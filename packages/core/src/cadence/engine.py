@@ -1,7 +1,8 @@
 """`Engine`: runs the matched methods, then the callbacks, on each event.
 
 Dispatch lists are computed once per event (methods filtered by their declared ``events``
-and sorted by ``order``), so the per-batch cost of an idle method is one ``match`` call.
+and sorted by ``order``), so the per-batch cost of an idle method is one ``match`` call, and
+an event that nothing handles costs the Trainer two dict reads (`Engine.run_planned`).
 Which methods may run together is checked in `cadence._composition` (re-exported here).
 """
 
@@ -11,12 +12,11 @@ import atexit
 import logging
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Sequence
 from typing import Any
 
 from cadence._composition import MethodConflictError, check_composition
+from cadence._traces import NO_TRACES, LazyTraces, Trace, Traces
 from cadence.algorithm import Algorithm, DuckTypedAlgorithm, as_algorithm
 from cadence.callback import Callback
 from cadence.event import Event
@@ -27,56 +27,6 @@ from cadence.state import State
 __all__ = ["Engine", "MethodConflictError", "MethodError", "Trace", "Traces", "check_composition"]
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Trace:
-    """One method's run on one event (Composer's ``Trace``): `exit_code` is what its ``apply`` returned,
-    `order` its position among the methods that ran on the event."""
-
-    name: str
-    event: Event
-    exit_code: int | None = None
-    order: int | None = None
-    run: bool = False
-
-
-Traces = Mapping[str, Trace]
-"""``"{repr(method)}/{event}"`` -> `Trace`, as `Engine.run_event` returns it."""
-
-_NO_TRACES: Traces = MappingProxyType({})  # the usual answer: nothing ran, nothing allocated
-
-
-class _LazyTraces(Mapping[str, Trace]):
-    """The traces of one event, built on first read: most callers never look, so a matched method
-    costs a tuple in a list rather than a `Trace` and its key."""
-
-    __slots__ = ("_built", "_event", "_names", "_ran")
-
-    def __init__(self, event: Event, ran: list[tuple[Algorithm, Any]], names: dict[int, str]):
-        self._event, self._ran, self._names = event, ran, names
-        self._built: dict[str, Trace] | None = None
-
-    def _traces(self) -> dict[str, Trace]:
-        if self._built is None:
-            event, built = self._event, {}
-            for algorithm, exit_code in self._ran:
-                key = (self._names.get(id(algorithm)) or f"{algorithm!r}/") + event.value
-                built[key] = Trace(algorithm.name, event, exit_code, len(built), True)
-            self._built = built
-        return self._built
-
-    def __getitem__(self, key: str) -> Trace:
-        return self._traces()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._traces())
-
-    def __len__(self) -> int:
-        return len(self._traces())
-
-    def __repr__(self) -> str:
-        return repr(self._traces())
 
 
 class MethodError(RuntimeError):
@@ -123,9 +73,8 @@ class Engine:
         self.logger = logger if logger is not None else Logger(state)
         self._algorithm_plan: dict[Event, list[Algorithm]] = {}
         self._callback_plan: dict[Event, list[tuple[Callback, Any]]] = {}  # (callback, its handler of the event)
-        self._planned_algorithms: list[Algorithm] | None = None  # the lists the plan was made from
-        self._planned_callbacks: list[Callback] | None = None
-        self._planned_sizes = (0, 0)
+        self._planned_algorithms: Sequence[Algorithm] = ()  # copies of the lists the plan was made from
+        self._planned_callbacks: Sequence[Callback] = ()
         self._opened: list[Callback] = []  # the callbacks this engine started on INIT
         self._closed = False
         self.refresh()
@@ -142,8 +91,7 @@ class Engine:
             self._algorithm_plan[event] = candidates[::-1] if event.runs_methods_in_reverse else candidates
             ordered = _callback_order(event, [c for c in callbacks if c.handles(event)])
             self._callback_plan[event] = [(callback, callback.handler(event)) for callback in ordered]
-        self._planned_algorithms, self._planned_callbacks = algorithms, callbacks
-        self._planned_sizes = (len(algorithms), len(callbacks))
+        self._planned_algorithms, self._planned_callbacks = _snapshot(algorithms), _snapshot(callbacks)
         self._trace_names = {id(a): f"{a!r}/" for a in views}  # repr once per plan, not once per event
 
     def plan(self, event: Event | str) -> list[Algorithm]:
@@ -165,8 +113,8 @@ class Engine:
         return "\n".join(lines)
 
     # Running ----------------------------------------------------------------------
-    # The hot path: ~13 events per batch. An idle event costs a staleness check and two dict reads; a matched
-    # method its `match` and `apply` calls (its `Trace` is built only if read); a callback one call.
+    # The hot path: ~13 events per batch, through `run_planned` in the Trainer. An idle event costs two dict
+    # reads; a matched method its `match` and `apply` calls (its `Trace` is built only if read); a callback one call.
     def run_event(self, event: Event | str) -> Traces:
         """Run the methods matched on `event` (in plan order) and the callbacks that handle it.
 
@@ -180,22 +128,34 @@ class Engine:
             _claim(self)
             self.run_callbacks(event)
             return self.run_algorithms(event)
-        state = self.state  # `_check_plan` and `run_callbacks`, inlined: a dozen events run per batch
-        if (
-            self._closed
-            or state.algorithms is not self._planned_algorithms
-            or state.callbacks is not self._planned_callbacks
-            or len(state.algorithms) != self._planned_sizes[0]
-            or len(state.callbacks) != self._planned_sizes[1]
-        ):
+        state = self.state  # `_check_plan`'s test, inlined: a hand-written loop runs a dozen events per batch here
+        if self._closed or state.algorithms != self._planned_algorithms or state.callbacks != self._planned_callbacks:
             self._check_plan()
-        algorithms = self._algorithm_plan[event]
-        traces = self._apply(event, algorithms) if algorithms else _NO_TRACES
-        for callback, handler in self._callback_plan[event]:
+        return self.run_planned(event)
+
+    def run_planned(self, event: Event) -> Traces:
+        """`run_event` for a loop's per-batch events (the Trainer's step and evaluation): the plan is checked after
+        a method or callback ran rather than before every event, so an event that nothing handles costs two dict
+        reads (a dozen events run per batch, most of them idle).
+
+        During a run, what changes ``state.algorithms`` or ``state.callbacks`` is a method or a callback, and the
+        next event sees the new plan either way. A loop that edits the lists itself between two events calls
+        `run_event` for the second, which checks first (the Trainer does at each epoch's start). Not for INIT,
+        which `run_event` runs in its own order.
+        """
+        algorithms, callbacks = self._algorithm_plan[event], self._callback_plan[event]
+        if not algorithms and not callbacks:
+            return NO_TRACES
+        traces = self._apply(event, algorithms) if algorithms else NO_TRACES
+        state, logger = self.state, self.logger
+        for callback, handler in callbacks:
             try:
-                handler(state, self.logger)
+                handler(state, logger)
             except Exception as error:
                 raise MethodError(type(callback).__name__, event, error) from error
+        # what ran may have changed the lists or closed this engine: `_check_plan`'s test, inlined (the hot path)
+        if self._closed or state.algorithms != self._planned_algorithms or state.callbacks != self._planned_callbacks:
+            self._check_plan()
         return traces
 
     def run_algorithms(self, event: Event | str) -> Traces:
@@ -204,7 +164,7 @@ class Engine:
             event = Event(event)
         self._check_plan()
         algorithms = self._algorithm_plan[event]
-        return self._apply(event, algorithms) if algorithms else _NO_TRACES
+        return self._apply(event, algorithms) if algorithms else NO_TRACES
 
     def run_callbacks(self, event: Event | str) -> None:
         """Only the callbacks' part of `event`."""
@@ -219,19 +179,11 @@ class Engine:
                 raise MethodError(type(callback).__name__, event, error) from error
 
     def _check_plan(self, refuse_closed: bool = True) -> None:
-        """Refuse a closed engine (to run events); replan if ``state.algorithms`` or ``state.callbacks`` was
-        replaced or resized.
-
-        Replacing an item of the same list in place is not noticed; call `refresh()` after doing that.
-        """
-        algorithms, callbacks = self.state.algorithms, self.state.callbacks
-        if (
-            self._closed
-            or algorithms is not self._planned_algorithms
-            or callbacks is not self._planned_callbacks
-            or len(algorithms) != self._planned_sizes[0]
-            or len(callbacks) != self._planned_sizes[1]
-        ):
+        """Refuse a closed engine (to run events); replan if ``state.algorithms`` or ``state.callbacks`` changed
+        since the plan was made: replaced, resized, or an item replaced in place (each is compared, by identity
+        first, with a copy kept from planning)."""
+        state = self.state
+        if self._closed or state.algorithms != self._planned_algorithms or state.callbacks != self._planned_callbacks:
             if refuse_closed:
                 self._ensure_open()
             self.refresh()
@@ -248,7 +200,7 @@ class Engine:
                 if ran is None:
                     ran = []
                 ran.append((algorithm, exit_code))
-        return _NO_TRACES if ran is None else _LazyTraces(event, ran, self._trace_names)
+        return NO_TRACES if ran is None else LazyTraces(event, ran, self._trace_names)
 
     def check_applicable(self, batch: Any) -> None:
         """Ask every method whether it can work on the model with batches like `batch` (before any runs).
@@ -300,6 +252,11 @@ class Engine:
                 "this Engine was closed (Trainer.close() or Engine.close()) and cannot run events again; "
                 "create a new Trainer (or Engine)"
             )
+
+
+def _snapshot(items: Sequence[Any]) -> Sequence[Any]:
+    """A copy of a list of methods or callbacks that compares equal to it until it changes (a tuple is its own)."""
+    return list(items) if isinstance(items, list) else items
 
 
 def _listed(algorithm: Algorithm) -> Any:

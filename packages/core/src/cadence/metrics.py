@@ -51,9 +51,8 @@ class CrossEntropy(_PlainAttributes, MeanMetric):
     accepts_dense_targets = True
 
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:  # type: ignore[override]
-        losses = soft_cross_entropy(preds, target, reduction="none")
-        self.mean_value.add_(losses.sum().to(self.mean_value.dtype))  # in place: no Module.__setattr__ per batch
-        self.weight.add_(losses.numel())
+        self.mean_value.add_(soft_cross_entropy(preds, target, reduction="sum"))  # in place: no __setattr__
+        self.weight.add_(preds.numel() // preds.shape[1] if preds.ndim > 1 else 1)  # the losses summed: one a sample
 
 
 class MulticlassAccuracy(_PlainAttributes, _TorchmetricsMulticlassAccuracy):

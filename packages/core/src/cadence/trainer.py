@@ -347,7 +347,7 @@ class Trainer:
         assert self._data.train is not None
         batches = self._data.train.epoch(state.timestamp.epoch, skip_batches=state.timestamp.batch_in_epoch)
         while not ((length := state.dataloader_len) and state.timestamp.batch_in_epoch >= length):
-            self.engine.run_event(Event.BEFORE_DATALOADER)
+            self.engine.run_planned(Event.BEFORE_DATALOADER)
             try:
                 batch = next(batches)
             except StopIteration:
@@ -357,7 +357,7 @@ class Trainer:
             state.batch = batch_to_device(batch, state.device)
             if not self._first_batch_checked:
                 self._check_first_batch(state.batch)
-            self.engine.run_event(Event.AFTER_DATALOADER)
+            self.engine.run_planned(Event.AFTER_DATALOADER)
             self._train_batch()
             if state.is_done():
                 return bool(state.dataloader_len) and state.timestamp.batch_in_epoch >= state.dataloader_len
@@ -372,11 +372,11 @@ class Trainer:
     def _train_batch(self) -> None:
         state = self.state
         started = time.perf_counter()
-        self.engine.run_event(Event.BATCH_START)
+        self.engine.run_planned(Event.BATCH_START)
         num_samples, num_tokens = batch_num_samples(state.batch), batch_num_tokens(state.batch)
         for optimizer in state.optimizers:
             optimizer.zero_grad(set_to_none=True)
-        self.engine.run_event(Event.BEFORE_TRAIN_BATCH)
+        self.engine.run_planned(Event.BEFORE_TRAIN_BATCH)
         step = state.timestamp.batch + 1
         if self._closure_optimizer is not None:  # e.g. SAM re-evaluates the loss: the batch runs in the closure
             batch, passes = state.batch, itertools.count()  # train metrics see the first pass only
@@ -401,7 +401,7 @@ class Trainer:
         self._schedules.step(every_batch=True)
         if self.logger.destinations:
             self.logger.log_metrics({"loss/train/total": loss, **self._schedules.learning_rates()})
-        self.engine.run_event(Event.BATCH_END)
+        self.engine.run_planned(Event.BATCH_END)
         self._evaluate_and_save_if_due(Event.BATCH_END, Event.BATCH_CHECKPOINT)
 
     def _forward_backward(self, batch: Any, sync: bool = True, metrics: bool = True) -> torch.Tensor:
@@ -431,7 +431,7 @@ class Trainer:
         if state.scaler is not None:
             for optimizer in state.optimizers:
                 state.scaler.unscale_(optimizer)
-        self.engine.run_event(Event.AFTER_TRAIN_BATCH)
+        self.engine.run_planned(Event.AFTER_TRAIN_BATCH)
         assert total is not None
         return total
 
@@ -439,20 +439,20 @@ class Trainer:
         """One microbatch; its loss is scaled by its share of the batch so gradients add up to the batch mean."""
         state, engine = self.state, self.engine
         state.batch = microbatch
-        engine.run_event(Event.BEFORE_FORWARD)
+        engine.run_planned(Event.BEFORE_FORWARD)
         with autocast_context(state.precision, state.device):
             state.outputs = self._forward_module(state.batch)
-        engine.run_event(Event.AFTER_FORWARD)
-        engine.run_event(Event.BEFORE_LOSS)
+        engine.run_planned(Event.AFTER_FORWARD)
+        engine.run_planned(Event.BEFORE_LOSS)
         with autocast_context(state.precision, state.device):
             state.loss = (self.compiled.loss if self.compiled else state.model.loss)(state.outputs, state.batch)
-        engine.run_event(Event.AFTER_LOSS)
-        engine.run_event(Event.BEFORE_BACKWARD)
+        engine.run_planned(Event.AFTER_LOSS)
+        engine.run_planned(Event.BEFORE_BACKWARD)
         loss = total_loss(state.loss)
         if weight != 1.0:
             loss = loss * weight
         (state.scaler.scale(loss) if state.scaler is not None else loss).backward(create_graph=self._create_graph)
-        engine.run_event(Event.AFTER_BACKWARD)
+        engine.run_planned(Event.AFTER_BACKWARD)
         if update_metrics:
             for metric in state.train_metrics.values():
                 state.model.update_metric(state.batch, state.outputs, metric)
@@ -484,7 +484,7 @@ class Trainer:
         """`event`, with the checkpoint (when `save`) written after its methods and before its callbacks:
         methods prepare what is saved (``state.checkpoint_due`` tells them), callbacks see it written."""
         if not save:  # the usual case, after every batch: the event in one dispatch
-            self.engine.run_event(event)
+            self.engine.run_planned(event)
             return
         self.state.checkpoint_due = True
         try:
