@@ -38,3 +38,14 @@ def test_the_full_harness_stays_within_its_budget_of_extra_python_calls_per_step
     full, bare = counts[VARIANTS[-1]], counts[VARIANTS[0]]
     assert 50 < full.twin["python"] < bare.harness["python"] < full.harness["python"]  # each piece adds calls
     assert full.extra("python") <= step_calls.PYTHON_CALLS_BUDGET, full
+
+
+def test_where_maps_the_full_harness_extra_bytecodes_to_its_functions(capsys: pytest.CaptureFixture[str]) -> None:
+    """The engine's in-batch dispatch runs only in the harness's spans; the twin's own step in both kinds of span
+    would be a bug in the split (the twin runs at BATCH_END, inside the harness's run)."""
+    assert step_calls.main(["--where", "--steps", str(STEPS_PER_EPOCH + WARMUP_STEPS), "--batch-size", "4"]) == {}
+    out = capsys.readouterr().out
+    assert f"{STEPS_PER_EPOCH} steps: bytecodes per step" in out
+    lines = {line.split(" (")[0].split()[-1]: line for line in out.splitlines()[1:]}
+    assert "run_planned" in lines and "_train_batch" in lines
+    assert "step (benchmarks/harness_step.py" not in out  # HandTwin.step: as many in the twin's spans, no extra
