@@ -139,6 +139,17 @@ def test_on_accelerators_losses_are_read_back_in_batches_and_the_first_bad_step_
     guard.check()  # each loss is read once
 
 
+def test_a_kept_loss_holds_no_graph_and_a_detached_one_is_kept_as_is() -> None:
+    guard = NonFiniteLossGuard("error", read_every_step=False)
+    weight = torch.ones((), requires_grad=True)
+    detached = torch.tensor(2.0)
+    assert guard.observe(weight * 3, 1) and guard.observe(detached, 2)
+    (_, with_graph), (_, kept) = guard._pending
+    assert not with_graph.requires_grad and float(with_graph) == 3.0
+    assert kept is detached  # the Trainer's loss is already detached: no operation per step
+    guard.check()
+
+
 def test_an_empty_eval_loader_is_an_error_not_a_zero_accuracy() -> None:
     empty = DataLoader(TensorDataset(torch.randn(3, 4), torch.zeros(3, dtype=torch.long)), batch_size=4, drop_last=True)
     with pytest.raises(ValueError, match="eval_dataloader yielded no batches"):

@@ -182,7 +182,8 @@ def test_local_store_gets_every_point_param_and_name_exactly(sqlite_uri: str, tm
     with pytest.warns(MLflowLoggerWarning) as record:
         logger.log_metrics({"timing(s)": 1.5, "a:b@c,d": 2.0, "a_b_c_d": 3.0, "bad": float("nan"), "up": 1.0}, 0)
         logger.log_metrics({"bad": float("nan"), "worse": torch.tensor(float("-inf")), "up": float("inf")}, 1)
-        logger.log_metrics({"up": 2.0}, 2)
+        weight = torch.ones(2, requires_grad=True)  # a loss with its graph: queued detached, delivered as a number
+        logger.log_metrics({"up": 2.0, "with_graph": (weight * 1.5).sum()}, 2)
         assert logger.flush(timeout_s=60)
     messages = [str(w.message) for w in record]
     collided = f"a_b_c_d_{hashlib.sha1(b'a_b_c_d').hexdigest()[:8]}"
@@ -194,7 +195,7 @@ def test_local_store_gets_every_point_param_and_name_exactly(sqlite_uri: str, tm
     assert sum("'up' is inf" in m for m in messages) == 1
     assert len(messages) == 6
     logger.finish()
-    assert logger.stats["delivered_points"] == 2500 + 5
+    assert logger.stats["delivered_points"] == 2500 + 6
     assert logger.stats["requests"] >= 3 + 3  # metric requests + param/tag requests
 
     client = MlflowClient(sqlite_uri)
@@ -207,6 +208,7 @@ def test_local_store_gets_every_point_param_and_name_exactly(sqlite_uri: str, tm
     assert history(client, logger.run_id, "a_b_c_d") == [(0, 2.0)]
     assert history(client, logger.run_id, collided) == [(0, 3.0)]
     assert history(client, logger.run_id, "up") == [(0, 1.0), (2, 2.0)]
+    assert history(client, logger.run_id, "with_graph") == [(2, 3.0)]
     assert not {"bad", "worse"} & set(run.data.metrics)
     assert run.data.tags["cadence.nonfinite/bad"] == "nan at step 0"
     assert run.data.tags["cadence.nonfinite/worse"] == "-inf at step 1"

@@ -69,7 +69,7 @@ class NonFiniteLossGuard:
                     stacklevel=3,
                 )
             return False
-        self._pending.append((step, loss.detach()))
+        self._pending.append((step, loss.detach() if loss.requires_grad else loss))  # the Trainer's is detached
         if len(self._pending) >= self.check_every:
             self.check()
         return True

@@ -105,8 +105,10 @@ class Outbox:
     def put_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         timestamp = int(time.time() * 1000)
         append = self._inbox.append
-        for key, value in metrics.items():
-            append((key, value.detach() if isinstance(value, torch.Tensor) else value, step, timestamp))
+        for key, value in metrics.items():  # a tensor that needs no gradient is kept as is: detach() is an operation
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                value = value.detach()
+            append((key, value, step, timestamp))
         if len(self._inbox) >= MAX_METRICS_PER_REQUEST:
             self._collect_wake.set()
 
