@@ -258,6 +258,8 @@ class TensorLoader:
         return self.num_samples // self.batch_size + (short > self.rank if self.world_size > 1 else short > 0)
 
     def _order(self) -> torch.Tensor:
+        """The epoch's sample order; without shuffling the identity, so `_batch` reads each image batch as a view
+        of its rows (a subclass with another order for images overrides `_batch` too)."""
         if not self.shuffle:
             return torch.arange(self.num_samples)
         return torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
@@ -268,18 +270,18 @@ class TensorLoader:
         self.epoch += 1
         same = device_order is order  # on the CPU: one slice serves as both
         for start in range(0, len(self) * self.batch_size, self.batch_size):
-            index = order[start : start + self.batch_size]
-            device_index = index if same else device_order[start : start + self.batch_size]
+            stop = min(start + self.batch_size, self.num_samples)
             if self.world_size > 1:
-                index, device_index = self._share(index, device_index)
-            yield self._batch(index, device_index)
+                start, stop = self._share(start, stop)
+            index = order[start:stop]
+            device_index = index if same else device_order[start:stop]
+            yield self._batch(index, device_index, None if self.shuffle else (start, stop))
 
-    def _share(self, index: torch.Tensor, device_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's contiguous part of a batch (views: no copy, no sync)."""
-        size, extra = divmod(len(index), self.world_size)  # the first `extra` ranks take one sample more
-        start = self.rank * size + min(self.rank, extra)
-        stop = start + size + (self.rank < extra)
-        return index[start:stop], device_index[start:stop]
+    def _share(self, start: int, stop: int) -> tuple[int, int]:
+        """The positions of this rank's contiguous part of the batch at positions [start, stop) of the order."""
+        size, extra = divmod(stop - start, self.world_size)  # the first `extra` ranks take one sample more
+        first = start + self.rank * size + min(self.rank, extra)
+        return first, first + size + (self.rank < extra)
 
     def _start_epoch(self) -> torch.Tensor:
         """The epoch's sample order; the augmentation generator restarts from the epoch's seed."""
@@ -289,11 +291,13 @@ class TensorLoader:
 
     def peek(self) -> Any:
         """The first batch the next epoch will yield, without advancing anything (for checks before training)."""
-        index = self._start_epoch()[: self.batch_size]
-        return self._batch(*self._share(index, _to_device(index, self.device)))
+        start, stop = self._share(0, min(self.batch_size, self.num_samples))
+        index = self._start_epoch()[start:stop]
+        return self._batch(index, _to_device(index, self.device), None if self.shuffle else (start, stop))
 
-    def _batch(self, index: torch.Tensor, device_index: torch.Tensor) -> Any:
-        """The batch of samples `index` (host copy, for lengths) / `device_index` (the same on the device)."""
+    def _batch(self, index: torch.Tensor, device_index: torch.Tensor, rows: tuple[int, int] | None) -> Any:
+        """The batch of samples `index` (host copy, for lengths) / `device_index` (the same on the device); `rows`,
+        without shuffling, the positions [start, stop) they are (read as a view, no element read back)."""
         if self.keys is not None:
             items = [t.index_select(0, device_index) for t in self.tensors]  # a row copy: t[index] is ~30x slower
             if self.lengths is not None:
@@ -305,8 +309,8 @@ class TensorLoader:
         images = self.tensors[0]
         if gather:
             images = gather(images, device_index, self._generator, **positional)
-        elif not self.shuffle and images.dtype == torch.uint8 and len(index):  # in order: rows a..b, a view that
-            images = images[int(index[0]) : int(index[-1]) + 1]  # div(255) below copies (index is on the host)
+        elif rows is not None and images.dtype == torch.uint8 and rows[1] > rows[0]:  # in order: a view of the rows
+            images = images[rows[0] : rows[1]]  # that div(255) below copies
         else:
             images = images.index_select(0, device_index)
         rest = [t.index_select(0, device_index) for t in self.tensors[1:]]

@@ -154,7 +154,7 @@ class LengthBucketLoader(TensorLoader):
         shuffled = batches[torch.randperm(full, generator=generator)].reshape(-1)
         return torch.cat([shuffled, order[full * self.batch_size :]])  # a short last batch stays last
 
-    def _batch(self, index: torch.Tensor, device_index: torch.Tensor) -> Any:
+    def _batch(self, index: torch.Tensor, device_index: torch.Tensor, rows: tuple[int, int] | None) -> Any:
         assert self.lengths is not None and self.keys is not None
         longest = int(self.lengths[index].max())
         width = min(-(-longest // self.multiple) * self.multiple, self.width)

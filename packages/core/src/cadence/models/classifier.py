@@ -87,4 +87,4 @@ class Classifier(Model):
         dense = targets.is_floating_point() and targets.shape == outputs.shape
         if dense and not getattr(metric, "accepts_dense_targets", False):
             targets = targets.argmax(dim=1)  # dense (mixed/smoothed) targets: score against the main class
-        metric.update(outputs.detach(), targets)
+        metric.update(outputs.detach() if outputs.requires_grad else outputs, targets)  # evaluation: no graph, no op
