@@ -1,4 +1,4 @@
-"""Run every benchmark: start-up, trainer overhead, the harness's host time and Python calls per step, the
+"""Run every benchmark: start-up, trainer overhead, the harness's host time, Python calls and phases per step, the
 operations a real recipe's step dispatches, the loaders alone, augmentation, model surgery, the compiled step,
 memory per rank under FSDP2."""
 
@@ -11,6 +11,7 @@ BENCHMARKS = (
     "overhead",
     "harness_step",
     "step_calls",
+    "step_phases",
     "step_ops",
     "loader_rate",
     "augment",

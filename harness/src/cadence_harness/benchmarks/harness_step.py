@@ -43,7 +43,7 @@ import gc
 import itertools
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,10 +173,17 @@ class LockstepClock(Callback):
 
 # The harness's path --------------------------------------------------------------------------------
 def trainer_run(
-    data: Data, steps: int, pieces: int, store: MLflowStore, now: Callable[[], tuple[float, ...]] = _now
+    data: Data,
+    steps: int,
+    pieces: int,
+    store: MLflowStore,
+    now: Callable[[], tuple[float, ...]] = _now,
+    first: Sequence[Callback] = (),
+    twin: HandTwin | None = None,
 ) -> tuple[Lockstep, Trainer]:
     """The Trainer with the first `pieces` of (RunTimer, FlopCounter, MLFlowLogger) beside its hand-written twin,
-    marked by `now`; the logger writes its store from a thread at `pieces` 3, from its child process at 4."""
+    marked by `now`; the logger writes its store from a thread at `pieces` 3, from its child process at 4.
+    `first`: callbacks listed before the others (`step_phases` marks events with one); `twin`: a `HandTwin`."""
     marks, timer = Lockstep(), RunTimer("MulticlassAccuracy", 0.99)
     flops = FlopCounter(on_count=timer.time_apart)
     callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.running.run.execute builds them
@@ -188,7 +195,7 @@ def trainer_run(
         eval_interval="1ep",
         max_duration=f"{steps}ba",
         optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-        callbacks=[*callbacks, LockstepClock(HandTwin(data), marks, now)],
+        callbacks=[*first, *callbacks, LockstepClock(twin or HandTwin(data), marks, now)],
         loggers=[store.logger(out_of_process=pieces == 4)] if pieces >= 3 else [],
         device=data.device,
         precision="fp32",  # as the hand-written loop
