@@ -26,7 +26,7 @@ def test_the_call_counter_counts_python_calls_and_c_calls_of_its_thread() -> Non
     assert counter.python == 2 and counter.c >= 2  # two calls of work, each calling len (then setprofile itself)
 
 
-def test_the_full_harness_stays_within_its_budget_of_extra_python_calls_per_step(
+def test_the_full_harness_stays_within_its_budgets_of_extra_calls_per_step(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Every variant over two epochs with an evaluation each: printed, and the full harness held to the budget."""
@@ -34,10 +34,12 @@ def test_the_full_harness_stays_within_its_budget_of_extra_python_calls_per_step
     out = capsys.readouterr().out
     for variant in VARIANTS:
         assert variant in out
-    assert f"the budget of {step_calls.PYTHON_CALLS_BUDGET}" in out
+    for kind, budget in step_calls.BUDGETS.items():
+        assert f"{kind} calls per step over its twin, within the budget of {budget}" in out
     full, bare = counts[VARIANTS[-1]], counts[VARIANTS[0]]
     assert 50 < full.twin["python"] < bare.harness["python"] < full.harness["python"]  # each piece adds calls
     assert full.extra("python") <= step_calls.PYTHON_CALLS_BUDGET, full
+    assert full.extra("c") <= step_calls.C_CALLS_BUDGET, full
 
 
 def test_where_maps_the_full_harness_extra_bytecodes_to_its_functions(capsys: pytest.CaptureFixture[str]) -> None:
