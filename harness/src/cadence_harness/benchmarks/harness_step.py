@@ -172,6 +172,25 @@ class LockstepClock(Callback):
 
 
 # The harness's path --------------------------------------------------------------------------------
+def harness_trainer(data: Data, steps: int, callbacks: Sequence[Callback], loggers: Sequence[Any] = ()) -> Trainer:
+    """The Trainer of every variant: the tiny model, flip and crop, SGD, an evaluation an epoch, fp32 as the twin."""
+    model = Classifier(tiny_model(data.device), num_classes=CLASSES)
+    return Trainer(
+        model=model,
+        train_dataloader=data.train_loader(),
+        eval_dataloader=data.eval_loader(),
+        eval_interval="1ep",
+        max_duration=f"{steps}ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+        callbacks=list(callbacks),
+        loggers=list(loggers),
+        device=data.device,
+        precision="fp32",  # as the hand-written loop
+        seed=0,
+        progress_bar=False,
+    )
+
+
 def trainer_run(
     data: Data,
     steps: int,
@@ -187,20 +206,11 @@ def trainer_run(
     marks, timer = Lockstep(), RunTimer("MulticlassAccuracy", 0.99)
     flops = FlopCounter(on_count=timer.time_apart)
     callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.running.run.execute builds them
-    model = Classifier(tiny_model(data.device), num_classes=CLASSES)
-    trainer = Trainer(
-        model=model,
-        train_dataloader=data.train_loader(),
-        eval_dataloader=data.eval_loader(),
-        eval_interval="1ep",
-        max_duration=f"{steps}ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+    trainer = harness_trainer(
+        data,
+        steps,
         callbacks=[*first, *callbacks, LockstepClock(twin or HandTwin(data), marks, now)],
         loggers=[store.logger(out_of_process=pieces == 4)] if pieces >= 3 else [],
-        device=data.device,
-        precision="fp32",  # as the hand-written loop
-        seed=0,
-        progress_bar=False,
     )
     try:
         gc.collect()  # RunTimer collects when a fit starts: every row starts without a full collection due

@@ -20,9 +20,9 @@ import gc
 
 import torch
 
-from cadence import Classifier, Trainer
-from cadence_harness.benchmarks.harness_step import WARMUP_STEPS, HandTwin
-from cadence_harness.benchmarks.step_workload import CLASSES, Data, tiny_model
+from cadence import Trainer
+from cadence_harness.benchmarks.harness_step import WARMUP_STEPS, HandTwin, harness_trainer
+from cadence_harness.benchmarks.step_workload import Data
 from cadence_harness.running.flops import FlopCounter
 from cadence_harness.running.timing import RunTimer
 
@@ -32,20 +32,7 @@ __all__ = ["hand_run", "main", "trainer_run"]
 def trainer_run(data: Data, steps: int) -> Trainer:
     """`steps` steps of the Trainer with the loader, RunTimer and FlopCounter, as `harness_step` runs them."""
     timer = RunTimer("MulticlassAccuracy", 0.99)
-    model = Classifier(tiny_model(data.device), num_classes=CLASSES)
-    trainer = Trainer(
-        model=model,
-        train_dataloader=data.train_loader(),
-        eval_dataloader=data.eval_loader(),
-        eval_interval="1ep",
-        max_duration=f"{steps}ba",
-        optimizers=torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-        callbacks=[timer, FlopCounter(on_count=timer.time_apart)],
-        device=data.device,
-        precision="fp32",
-        seed=0,
-        progress_bar=False,
-    )
+    trainer = harness_trainer(data, steps, callbacks=[timer, FlopCounter(on_count=timer.time_apart)])
     try:
         trainer.fit()
     finally:
