@@ -54,6 +54,7 @@ PHASES = (
     ("backward", ("before_backward", "after_backward"), ("loss", "backward")),
     ("optimizer step (+ the Trainer's after it)", ("after_train_batch", "batch_end"), ("backward", "stepped")),
 )
+TWIN_MARKS = frozenset(mark for _, _, twin in PHASES for mark in twin)  # what `MarkedTwin` marks
 EVAL_PHASES = (
     ("eval batch: loader, to the device", ("eval_batch_end", "eval_batch_start")),
     ("eval batch: forward", ("eval_before_forward", "eval_after_forward")),
@@ -109,7 +110,8 @@ def _span(marks: list[Mark], start: str, end: str) -> float | None:
 
 def phase_times(marks: list[Mark]) -> dict[str, list[tuple[float, float]]]:
     """Per row, the (harness, twin) microseconds of every steady step; ``between`` and ``total`` included. The
-    marks are one run's, in order: the lockstep clock's ``reached`` and ``twin_done`` cut them into spans."""
+    marks are one run's, in order: the lockstep clock's ``opened`` (the fit's start, each twin step's end) and
+    ``reached`` (BATCH_END) cut them into the harness's spans and the twin's."""
     steps: list[tuple[list[Mark], list[Mark], float, float]] = []  # (harness marks, twin marks, totals)
     harness: list[Mark] = []
     twin: list[Mark] = []
@@ -121,7 +123,7 @@ def phase_times(marks: list[Mark]) -> dict[str, list[tuple[float, float]]]:
             if twin:
                 steps.append((harness, twin, reached - opened, at - reached))
             harness, opened = [], at
-        elif name in {"start", "batch", "zeroed", "forward", "loss", "backward", "stepped"}:
+        elif name in TWIN_MARKS:
             twin.append((name, at))
         else:
             harness.append((name, at))
