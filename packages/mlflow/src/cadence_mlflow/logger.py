@@ -312,7 +312,7 @@ class MLFlowLogger(LoggerDestination):
         except Exception as err:  # finishing must never raise into the caller
             self._notices.warn(f"finishing MLflow run {self.run_id} failed: {err!r}")
         finally:
-            shutil.rmtree(self._staging, ignore_errors=True)
+            self._spill.release_staging()
 
     def _end_run(self, status: str, timeout_s: float) -> None:
         """Let the sender end the run; stop both threads; spill whatever was not confirmed by the deadline."""

@@ -187,6 +187,8 @@ class SpillStore:
         self._experiment_id: str | None = None
         self._prepared = False
         self._ready: Path | None = None  # a store migrated ahead of time in the staging folder
+        self._staging_lock = threading.Lock()  # who removes the staging folder: `release_staging` or `prepare`
+        self._preparing = self._released = False
 
     @property
     def uri(self) -> str:
@@ -215,7 +217,10 @@ class SpillStore:
         """Get the store ready in a background thread (during an outage; from any thread)."""
         if self._prepared or self._client is not None:
             return
-        self._prepared = True
+        with self._staging_lock:
+            if self._released:  # the run is over: nothing will be spilled through the staging folder
+                return
+            self._prepared = self._preparing = True
 
         def prepare() -> None:
             try:
@@ -230,11 +235,33 @@ class SpillStore:
                 self.client()
             except Exception as err:
                 _log.warning("cadence: could not prepare the MLflow spill store %s: %s", self.uri, err)
+            finally:
+                self._done_preparing()
 
         try:
             threading.Thread(target=prepare, name="cadence-mlflow-spill-prep", daemon=True).start()
         except RuntimeError:  # at interpreter shutdown no thread can start; `client` prepares it itself
             self._prepared = False
+            self._done_preparing()
+
+    def release_staging(self) -> None:
+        """Remove the staging folder: now, or when a preparation still migrating a store in it ends.
+
+        Removing it under a running migration made SQLite fail with "disk I/O error" (and a
+        misleading warning) when a run whose server was slow at the end finished before it.
+        """
+        with self._staging_lock:
+            self._released = True
+            if self._preparing:
+                return
+        shutil.rmtree(self._staging, ignore_errors=True)
+
+    def _done_preparing(self) -> None:
+        with self._staging_lock:
+            self._preparing = False
+            released = self._released
+        if released:
+            shutil.rmtree(self._staging, ignore_errors=True)
 
     def open_offline(self, run_id: str | None, tags: Mapping[str, str], cause: BaseException) -> Run:
         """Create the run in the spill store, tagged with where it belongs (`run_id` when resuming)."""
