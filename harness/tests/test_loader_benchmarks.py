@@ -24,6 +24,7 @@ def test_the_harness_step_benchmark_prints_every_variant_the_pieces_and_its_goal
         "MLFlowLogger, thread writes"
     ] * 2
     assert sum(f"{row} (" in line and "as run here" in line for line in judged) == 2
+    assert harness_step.CONTROL in printed and "the lockstep's own bias (A/A" in printed
     assert "as a share of the twin's step:" in printed
     for piece in ("loader + flip/crop:", "MLFlowLogger.log_metrics", "evaluation:", "FlopCounter's counted step"):
         assert piece in printed

@@ -12,17 +12,19 @@ must keep small. Here, on the CPU with one thread and a near-zero-cost model (``
   thread of this process, and from its child process (`cadence_mlflow.writer`; the default on a CUDA
   machine, a thread elsewhere). The child's CPU is in no column here; the GIL it no longer takes is.
 * its ``twin``, a hand-written loop: a permutation per epoch, a gather, flip and crop on the batch (the
-  harness's own batch functions), forward, loss, backward, SGD step; at each epoch's end an evaluation
-  that counts correct predictions on the device and reads them back once. It takes one step at each of
-  the harness's BATCH_END, so every step of the harness run is paired with a twin step a millisecond
-  away: the harness's step is the time from the twin's last step to this BATCH_END (everything the
-  Trainer does between two steps: the batch, events, logging, evaluation), the twin's is its own step.
+  harness's own batch functions), forward, loss, backward, SGD step; an evaluation per epoch, half an epoch
+  from the harness's (`step_workload.twin_eval_steps`), that counts correct predictions on the device and
+  reads them back once. It takes one step at each of the harness's BATCH_END, so every step of the harness
+  run is paired with a twin step a millisecond away: the harness's step is the time from the twin's last
+  step to this BATCH_END (everything the Trainer does between two steps: the batch, events, logging,
+  evaluation), the twin's is its own step.
 
 A shared 2-CPU machine moves whole runs by hundreds of us per step; paired step by step, both loops
 see the same machine, and the run's difference has a spread of tens of us. Each run's steady state is
 from step `WARMUP_STEPS` to the last (evaluations included, as they fall in a run); the FLOP-counted
 first step is shown apart. Then the pieces alone: an epoch of the loader with its augmentation against the
-hand-written slicing, one `log_metrics` call of the per-step metrics, and an evaluation per batch. Goal
+hand-written slicing, one `log_metrics` call of the per-step metrics, and an evaluation per batch. The A/A row puts
+a second twin in the harness's place: it reads the lockstep's own bias. Goal
 (issue 27): the harness adds <= 200 us per step, judged by the 95% t-interval of the repeats' differences
 (PASS below, FAIL above, INCONCLUSIVE across). The goal exists for a GPU's host thread, so it is judged on
 what a CUDA machine runs (the child writes the store) on both the wall clock and the training thread's CPU
@@ -40,15 +42,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import itertools
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from cadence import Callback, Classifier, Trainer
 from cadence_harness.benchmarks.machine import cpu_description
@@ -60,10 +60,13 @@ from cadence_harness.benchmarks.step_workload import (
     IMAGE_SIZE,
     STEPS_PER_EPOCH,
     Data,
+    HandTwin,
     MLflowStore,
     hand_batches,
     hand_eval,
+    harness_eval_steps,
     tiny_model,
+    twin_eval_steps,
 )
 from cadence_harness.running import loaders
 from cadence_harness.running.flops import FlopCounter
@@ -81,6 +84,7 @@ VARIANTS = (
     "+ MLFlowLogger, child writes",  # out_of_process=True: written by its child process
 )
 THREAD, CHILD = VARIANTS[-2:]
+CONTROL = "A/A: a hand loop instead"  # the control row: the harness replaced by a second hand-written twin
 
 
 def harness_variant(uri: str) -> str:
@@ -133,28 +137,6 @@ class Lockstep:
         return 1e6 * (self.reached[0][clock] - self.start[clock])
 
 
-# The hand-written twin -----------------------------------------------------------------------------
-class HandTwin:
-    """The hand-written loop, one step per `step()`; an evaluation after every epoch's last step (timed
-    with the step after it)."""
-
-    def __init__(self, data: Data) -> None:
-        self.data, self.model = data, tiny_model(data.device)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-        self._batches = self._epochs(torch.Generator(device=data.device), loaders.FlipCrop(IMAGE_SIZE // 8))
-
-    def _epochs(self, generator: torch.Generator, augment: loaders.FlipCrop) -> Iterator[Any]:
-        for epoch in itertools.count():
-            yield from hand_batches(self.data, epoch, generator, augment)
-            hand_eval(self.model, self.data)
-
-    def step(self) -> None:
-        images, labels = next(self._batches)
-        self.optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(self.model(images), labels).backward()
-        self.optimizer.step()
-
-
 class LockstepClock(Callback):
     """At every BATCH_END (after the other callbacks'), marks the time, runs one twin step, marks again.
     `now` reads the marks (every clock of `CLOCKS`; `step_calls` counts calls instead)."""
@@ -202,14 +184,15 @@ def trainer_run(
 ) -> tuple[Lockstep, Trainer]:
     """The Trainer with the first `pieces` of (RunTimer, FlopCounter, MLFlowLogger) beside its hand-written twin,
     marked by `now`; the logger writes its store from a thread at `pieces` 3, from its child process at 4.
-    `first`: callbacks listed before the others (`step_phases` marks events with one); `twin`: a `HandTwin`."""
+    `first`: callbacks listed before the others (`step_phases` marks events with one); `twin`: a `HandTwin` (by
+    default one evaluating on `twin_eval_steps`)."""
     marks, timer = Lockstep(), RunTimer("MulticlassAccuracy", 0.99)
     flops = FlopCounter(on_count=timer.time_apart)
     callbacks: list[Callback] = [timer, flops][: min(pieces, 2)]  # as cadence_harness.running.run.execute builds them
     trainer = harness_trainer(
         data,
         steps,
-        callbacks=[*first, *callbacks, LockstepClock(twin or HandTwin(data), marks, now)],
+        callbacks=[*first, *callbacks, LockstepClock(twin or HandTwin(data, twin_eval_steps(steps)), marks, now)],
         loggers=[store.logger(out_of_process=pieces == 4)] if pieces >= 3 else [],
     )
     try:
@@ -220,11 +203,26 @@ def trainer_run(
     return marks, trainer
 
 
+def control_run(data: Data, steps: int, now: Callable[[], tuple[float, ...]] = _now) -> Lockstep:
+    """The A/A control: a second hand-written twin in the harness's place (evaluating where the harness does)
+    beside the usual one, marked the same way. Identical work: its difference is the lockstep's own bias."""
+    first, twin, marks = HandTwin(data, harness_eval_steps(steps)), HandTwin(data, twin_eval_steps(steps)), Lockstep()
+    gc.collect()  # as `trainer_run`
+    marks.start = now()
+    for _ in range(steps):
+        first.step()
+        marks.reached.append(now())
+        twin.step()
+        marks.twin_done.append(now())
+    return marks
+
+
 def measure(data: Data, steps: int, repeats: int, store: MLflowStore) -> dict[str, list[Lockstep]]:
-    """Every variant `repeats` times, interleaved, after one warm-up round (a process's first runs are slower)."""
+    """Every variant and the A/A control `repeats` times, interleaved, after a warm-up round (first runs are slower)."""
     runs = {
         name: lambda pieces=pieces: trainer_run(data, steps, pieces, store)[0] for pieces, name in enumerate(VARIANTS)
     }
+    runs[CONTROL] = lambda: control_run(data, steps)
     for run in runs.values():
         run()
     results: dict[str, list[Lockstep]] = {name: [] for name in runs}
@@ -384,6 +382,8 @@ def main(argv: list[str] | None = None) -> None:
     print_results(results)
     print(f"the harness over its hand-written twin, per step (goal: <= {GOAL_US:.0f} us on a CUDA machine's row):")
     print("\n".join(goal_lines(results, harness_variant(store.uri))))
+    bias = goal_text(harness_extra_us(results, CONTROL), GOAL_US, "us per step").split(";")[0]
+    print(f"  the lockstep's own bias (A/A: a second hand-written twin in the harness's place), main thread: {bias}")
     share = statistics.median(run.extra_us(MAIN_THREAD) / run.twin_us(MAIN_THREAD) for run in results[CHILD])
     print(f"  as a share of the twin's step: {100 * share:.0f} % (steadier across hosts than the us: a slower host "
           "slows both; python -m cadence_harness.benchmarks.step_calls counts the work itself)")  # fmt: skip

@@ -21,8 +21,8 @@ import gc
 import torch
 
 from cadence import Trainer
-from cadence_harness.benchmarks.harness_step import WARMUP_STEPS, HandTwin, harness_trainer
-from cadence_harness.benchmarks.step_workload import Data
+from cadence_harness.benchmarks.harness_step import WARMUP_STEPS, harness_trainer
+from cadence_harness.benchmarks.step_workload import Data, HandTwin, harness_eval_steps
 from cadence_harness.running.flops import FlopCounter
 from cadence_harness.running.timing import RunTimer
 
@@ -41,8 +41,9 @@ def trainer_run(data: Data, steps: int) -> Trainer:
 
 
 def hand_run(data: Data, steps: int) -> HandTwin:
-    """`steps` steps of the hand-written twin (its evaluation at each epoch's end, as in the lockstep)."""
-    twin = HandTwin(data)
+    """`steps` steps of the hand-written twin, evaluating as often and where the Trainer does (alone, nothing is
+    warmed by another loop's evaluation)."""
+    twin = HandTwin(data, harness_eval_steps(steps))
     for _ in range(steps):
         twin.step()
     return twin

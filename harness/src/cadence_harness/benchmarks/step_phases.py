@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 
 from cadence import Callback, Event
-from cadence_harness.benchmarks.harness_step import CHILD, VARIANTS, WARMUP_STEPS, HandTwin, trainer_run
+from cadence_harness.benchmarks.harness_step import CHILD, VARIANTS, WARMUP_STEPS, trainer_run
 from cadence_harness.benchmarks.machine import cpu_description
-from cadence_harness.benchmarks.step_workload import STEPS_PER_EPOCH, Data, MLflowStore
+from cadence_harness.benchmarks.step_workload import STEPS_PER_EPOCH, Data, HandTwin, MLflowStore, twin_eval_steps
 
 __all__ = ["PHASES", "PhaseMarks", "main", "phase_times"]
 
@@ -79,12 +79,15 @@ class PhaseMarks(Callback):
 class MarkedTwin(HandTwin):
     """`HandTwin`'s step with a mark between its phases (the same work: see `HandTwin.step`)."""
 
-    def __init__(self, data: Data, marks: list[Mark], clock: Callable[[], float] = time.perf_counter) -> None:
-        super().__init__(data)
+    def __init__(
+        self, data: Data, steps: int, marks: list[Mark], clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        super().__init__(data, twin_eval_steps(steps))
         self.marks, self.clock = marks, clock
 
     def step(self) -> None:
         marks, clock = self.marks, self.clock
+        self.evaluate_if_due()  # outside the phases, as the harness's evaluation
         marks.append(("start", clock()))
         images, labels = next(self._batches)
         marks.append(("batch", clock()))
@@ -164,7 +167,7 @@ def run(data: Data, steps: int, store: MLflowStore, variant: str = CHILD) -> lis
         return (at,)
 
     trainer_run(data, steps, VARIANTS.index(variant), store, now=now, first=[PhaseMarks(marks, clock)],
-                twin=MarkedTwin(data, marks, clock))  # fmt: skip
+                twin=MarkedTwin(data, steps, marks, clock))  # fmt: skip
     return marks
 
 
