@@ -85,6 +85,39 @@ def test_work_that_changes_shape_is_counted_as_what_ran() -> None:
     assert len(counter.flops) == 3  # three distinct pieces of work, each measured once: step of 8, step of 4, scoring
 
 
+class HalveBetween(Algorithm):
+    """Halves the batches from batch `start` to batch `stop` (excluded): one shape, another, the first again."""
+
+    events = (Event.AFTER_DATALOADER,)
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+
+    def match(self, event: Event, state: Any) -> bool:
+        return self.start <= state.timestamp.batch < self.stop
+
+    def apply(self, event: Event, state: Any, logger: Any) -> None:
+        images, labels = state.batch
+        state.batch = (images[: len(images) // 2], labels[: len(labels) // 2])
+
+
+@pytest.mark.parametrize(
+    ("algorithms", "microbatch", "expected"),
+    [  # {(samples a step trained on, or "scoring"): occurrences}
+        ([HalveBetween(3, 6)], None, {BATCH: 7, BATCH // 2: 3}),  # repeats, a switch, and back to counted work
+        ([], BATCH // 2, {BATCH // 2: 20}),  # two microbatches a step, the same work
+        ([ScoreAndHalve()], None, {BATCH: 5, BATCH // 2: 5, "scoring": 5}),  # alternating work: no repeats
+    ],
+)
+def test_every_occurrence_is_counted_whether_the_work_repeats_or_alternates(
+    algorithms: list[Algorithm], microbatch: int | None, expected: dict[Any, int]
+) -> None:
+    counter = train(batches=10, algorithms=algorithms, microbatch=microbatch)
+    counts = {("scoring" if key[0] == "forward" else key[1][0][0][0]): n for key, n in counter.counts.items()}
+    assert counts == expected
+    assert counter.counts is counter.counts and sum(counter.counts.values()) == sum(expected.values())
+
+
 def conv_net() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(

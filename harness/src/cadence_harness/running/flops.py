@@ -123,7 +123,9 @@ class FlopCounter(Callback):
             )
         self.occurrences_apart = occurrences_apart
         self.flops: dict[Key, int] = {}
-        self.counts: Counter[Key] = Counter()
+        self._counts: Counter[Key] = Counter()
+        self._settled: Key | None = None  # the last piece of work, counted and past its occurrences apart...
+        self._repeats = 0  # ... and how often it ran again since, not yet in `_counts`
         self._mode: FlopCounterMode | None = None
         self._measuring: Key | None = None
         self._in_step = False
@@ -134,16 +136,30 @@ class FlopCounter(Callback):
         self.job_total: float | None = None  # every rank's FLOPs together, set at the end of fit
 
     @property
+    def counts(self) -> Counter[Key]:
+        """How often each piece of work ran."""
+        if self._repeats:
+            self._counts[self._settled] += self._repeats  # type: ignore[index]
+            self._repeats = 0
+        return self._counts
+
+    @property
     def total(self) -> int:
         """This process's training FLOPs so far (under torchrun, its share of the job's)."""
         return sum(self.flops.get(key, 0) * count for key, count in self.counts.items())
 
     # Measuring one occurrence ---------------------------------------------------------------
     def _begin(self, key: Key) -> None:
-        self.counts[key] += 1
+        if key == self._settled:  # the step before's work again (every step at a fixed shape): compared, not hashed
+            self._repeats += 1
+            return
+        counts = self.counts  # the repeats of the work before go in first
+        counts[key] += 1
         if key in self.flops or self._mode is not None:
-            if self.on_count is not None and 1 < self.counts[key] <= self.occurrences_apart:
+            if self.on_count is not None and 1 < counts[key] <= self.occurrences_apart:
                 self.on_count()  # the occurrence after the counted one: a compiled forward compiles in it
+            if key in self.flops and counts[key] >= self.occurrences_apart:
+                self._settled = key  # nothing more to do for this work than count it
             return
         if self.on_count is not None:
             self.on_count()
