@@ -62,3 +62,17 @@ def test_the_a_a_control_runs_two_hand_loops_in_the_lockstep_s_places() -> None:
     run = harness_step.control_run(Data.build(4), STEPS_PER_EPOCH + 40)
     assert len(run.reached) == len(run.twin_done) == STEPS_PER_EPOCH + 40
     assert run.harness_us(0) > 0 and run.twin_us(0) > 0
+
+
+def test_the_flop_counted_step_is_the_one_runtimer_timed_apart() -> None:
+    """Read from RunTimer's shape warm-up, not as a difference of two runs' first steps (which read -5 ms once)."""
+    store, data = MLflowStore(), Data.build(4)
+    try:
+        with_counter, _ = harness_step.trainer_run(data, 12, 2, store)
+        without, _ = harness_step.trainer_run(data, 12, 1, store)
+    finally:
+        store.close()
+    assert with_counter.counted_s > 0 and without.counted_s == 0
+    results = {"+ FlopCounter": [with_counter]}
+    counted_ms, steady_ms = harness_step.flop_counted_step_ms(results)
+    assert counted_ms == pytest.approx(1e3 * with_counter.counted_s) and steady_ms > 0
