@@ -204,14 +204,13 @@ def trainer_run(
 def control_run(data: Data, steps: int, now: Callable[[], tuple[float, ...]] = _now) -> Lockstep:
     """The A/A control: a second hand-written twin in the harness's place (evaluating where the harness does)
     beside the usual one, marked the same way. Identical work: its difference is the lockstep's own bias."""
-    first, twin, marks = HandTwin(data, harness_eval_steps(steps)), HandTwin(data, twin_eval_steps(steps)), Lockstep()
+    first, marks = HandTwin(data, harness_eval_steps(steps)), Lockstep()
+    clock = LockstepClock(HandTwin(data, twin_eval_steps(steps)), marks, now)  # the harness's marks and twin step
     gc.collect()  # as `trainer_run`
-    marks.start = now()
+    clock.fit_start(None, None)
     for _ in range(steps):
         first.step()
-        marks.reached.append(now())
-        twin.step()
-        marks.twin_done.append(now())
+        clock.batch_end(None, None)
     return marks
 
 

@@ -108,8 +108,8 @@ def twin_eval_steps(steps: int) -> frozenset[int]:
     """The steps the hand-written twin evaluates before: half an epoch before each of the harness's, as many.
 
     In lockstep, an evaluation run right after the other loop's found the evaluation's code and memory warm: two
-    identical hand-written loops, the first evaluating just before the second each epoch, differed by about
-    36 us per step on a 2-CPU VM (the second's evaluations about 2.8 ms shorter), a bias against whichever loop
+    identical hand-written loops, the first evaluating just before the second each epoch, differed by 36-75 us
+    per step on a 2-CPU VM (the second's evaluations about 2.8 ms shorter), a bias against whichever loop
     evaluates first, which was the harness. Half an epoch apart, each evaluation follows 32 steps of both loops'
     training (the A/A control in `harness_step` measures what is left)."""
     return frozenset(step - STEPS_PER_EPOCH // 2 for step in harness_eval_steps(steps))
