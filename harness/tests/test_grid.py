@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter
 from typing import Any
 
@@ -83,6 +84,10 @@ def test_a_crashing_run_is_recorded_failed_and_retried_on_rerun(
         name="grid4", seeds=[0, 1], methods={"explode": {"on_seed": 1}}, grid={"arms": ["baseline", "each"]}
     )
     monkeypatch.setenv("CADENCE_TEST_EXPLODE", "1")  # explode-s1 kills its process mid-run
+    temporary = tmp_path / "tmp"  # this process's and, unless the grid gives them their own, its workers'
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     options = {"tracking_uri": tracking_uri, "log_dir": tmp_path / "logs", "command": "test", "progress": False}
     first = run_grid(recipe, jobs=2, **options)
     assert first.planned == 4 and len(first.finished) == 3 and not first.skipped
@@ -96,6 +101,7 @@ def test_a_crashing_run_is_recorded_failed_and_retried_on_rerun(
     (failed,) = [r for r in runs if r.info.status == "FAILED"]
     assert failed.info.run_name == "explode-s1" and "code 7" in failed.data.tags["cadence.error"]
     assert any(a.path.endswith(".log") for a in client.list_artifacts(failed.info.run_id))
+    assert not list(temporary.rglob("cadence-mlflow-*"))  # the killed worker's staged artifacts went with its folder
     assert {r.data.tags["cadence.grid"] for r in runs} == {next(iter(runs)).data.tags["cadence.grid"]}
 
     monkeypatch.delenv("CADENCE_TEST_EXPLODE")  # the retried run now succeeds

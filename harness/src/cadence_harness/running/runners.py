@@ -37,6 +37,7 @@ __all__ = [
     "run_worker",
     "sigint_reaches_workers",
     "warm_up_process",
+    "worker_environment",
 ]
 
 OOM_EXIT_CODE = 3
@@ -52,6 +53,36 @@ def worker_threads(jobs: int, device: str, environ: Mapping[str, str] = os.envir
     if jobs <= 1 or device == "gpu" or "OMP_NUM_THREADS" in environ:
         return None
     return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def worker_environment(
+    threads: int | None, temp_dir: Path | None, environ: Mapping[str, str] = os.environ
+) -> dict[str, str] | None:
+    """A worker's environment (None: this process's): ``OMP_NUM_THREADS`` = `threads` (`worker_threads`), and
+    `temp_dir` as its temporary folder (``TMPDIR``), which the grid removes once the worker has ended. A worker
+    that crashes or is killed (a timeout, a grace run out) never removes what it made there, such as the MLflow
+    logger's staged artifacts; a folder of its own goes with it. torch.compile's kernel cache stays where it
+    was (``TORCHINDUCTOR_CACHE_DIR``, by default under the temporary folder), shared by every run's worker."""
+    if threads is None and temp_dir is None:
+        return None
+    env = dict(environ)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    if temp_dir is not None:
+        env["TMPDIR"] = str(temp_dir)
+        if "TORCHINDUCTOR_CACHE_DIR" not in env and (kernels := _inductor_cache_dir()) is not None:
+            env["TORCHINDUCTOR_CACHE_DIR"] = kernels
+    return env
+
+
+def _inductor_cache_dir() -> str | None:
+    """torch.compile's default kernel cache for this process (None where torch no longer has that function:
+    the workers then compile into their own temporary folders)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:
+        return None
+    return default_cache_dir()
 
 
 def sigint_reaches_workers() -> contextlib.AbstractContextManager[None]:
@@ -92,9 +123,10 @@ class Interruption:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGINT)
 
-    def start(self, command: list[str], log: Any) -> subprocess.Popen[bytes]:
+    def start(self, command: list[str], log: Any, temp_dir: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start a worker writing to `log`; `temp_dir`: its temporary folder (`worker_environment`)."""
         with self._lock:
-            env = None if self.worker_threads is None else {**os.environ, "OMP_NUM_THREADS": str(self.worker_threads)}
+            env = worker_environment(self.worker_threads, temp_dir)
             worker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
             self._workers.add(worker)
         if self.interrupted:  # interrupted between the check and the start
@@ -258,8 +290,9 @@ def run_one_in_subprocess(
     log_dir.mkdir(parents=True, exist_ok=True)
     microbatch = spec.recipe.device_train_microbatch_size
     with tempfile.TemporaryDirectory() as folder:
-        spec_file, id_file = Path(folder) / "spec.json", Path(folder) / "run_id"
+        spec_file, id_file, temp_dir = Path(folder) / "spec.json", Path(folder) / "run_id", Path(folder) / "tmp"
         spec_file.write_text(spec.to_json())
+        temp_dir.mkdir()  # the worker's temporary folder: removed with `folder`, however the worker ended
         while True:
             log_file = log_dir / f"{spec.experiment}-{spec.run_name}-{spec.config_hash[:8]}.log"
             options = {
@@ -273,7 +306,7 @@ def run_one_in_subprocess(
             id_file.unlink(missing_ok=True)
             try:
                 with log_file.open("w") as log:
-                    code = interruption.wait(interruption.start(command, log), timeout_s)
+                    code = interruption.wait(interruption.start(command, log, temp_dir), timeout_s)
                 reason = None if code == 0 else f"worker exited with code {code}:\n{_tail(log_file)}"
             except subprocess.TimeoutExpired:
                 code, reason = -1, f"timed out after {timeout_s} s"
