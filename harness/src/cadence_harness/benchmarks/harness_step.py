@@ -52,7 +52,7 @@ import torch
 
 from cadence import Callback, Classifier, Trainer
 from cadence_harness.benchmarks.machine import cpu_description
-from cadence_harness.benchmarks.paired_goal import goal_text, paired_difference
+from cadence_harness.benchmarks.paired_goal import goal_text, interval_text, paired_difference
 from cadence_harness.benchmarks.step_workload import (
     CLASSES,
     EVAL_BATCH_SIZE,
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     print_results(results)
     print(f"the harness over its hand-written twin, per step (goal: <= {GOAL_US:.0f} us on a CUDA machine's row):")
     print("\n".join(goal_lines(results, harness_variant(store.uri))))
-    bias = goal_text(harness_extra_us(results, CONTROL), GOAL_US, "us per step").split(";")[0]
+    bias = interval_text(harness_extra_us(results, CONTROL), "us per step")
     print(f"  the lockstep's own bias (A/A: a second hand-written twin in the harness's place), main thread: {bias}")
     share = statistics.median(run.extra_us(MAIN_THREAD) / run.twin_us(MAIN_THREAD) for run in results[CHILD])
     print(f"  as a share of the twin's step: {100 * share:.0f} % (steadier across hosts than the us: a slower host "

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from cadence_harness.stats import Interval, paired_t_difference
 
-__all__ = ["goal_text", "goal_verdict", "paired_difference"]
+__all__ = ["goal_text", "goal_verdict", "interval_text", "paired_difference"]
 
 
 def paired_difference(variant: Sequence[float], baseline: Sequence[float]) -> Interval:
@@ -32,8 +32,13 @@ def goal_verdict(extra: Interval, goal: float) -> str:
     return "FAIL" if extra.low > goal else "INCONCLUSIVE at this machine's noise (more --repeats, or a quieter machine)"
 
 
-def goal_text(extra: Interval, goal: float, unit: str) -> str:
-    """The line a benchmark prints: ``mean [low, high] (95%, n paired repeats) unit; goal <= goal: verdict``."""
+def interval_text(extra: Interval, unit: str) -> str:
+    """``mean [low, high] (95%, n paired repeats) unit`` (the bounds left out for one repeat)."""
     bounds = extra.low is not None and extra.high is not None
     interval = f" [{extra.low:.1f}, {extra.high:.1f}] (95%, n={extra.n} paired repeats)" if bounds else ""
-    return f"{extra.mean:.1f}{interval} {unit}; goal <= {goal:.0f} {unit.split()[0]}: {goal_verdict(extra, goal)}"
+    return f"{extra.mean:.1f}{interval} {unit}"
+
+
+def goal_text(extra: Interval, goal: float, unit: str) -> str:
+    """The line a benchmark prints: ``mean [low, high] (95%, n paired repeats) unit; goal <= goal: verdict``."""
+    return f"{interval_text(extra, unit)}; goal <= {goal:.0f} {unit.split()[0]}: {goal_verdict(extra, goal)}"
