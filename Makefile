@@ -35,6 +35,7 @@ wheels: $(STAMP) ## build a wheel of every package into dist/ (then: pip install
 	@ls dist | wc -l | xargs printf 'make wheels: %s wheels in dist/\n'
 
 # pytest exits 5 when it collected nothing: an empty run must not pass. TEST_WORKERS=0 runs in this process.
+# Each worker takes cores / workers OpenMP threads (conftest.py), unless OMP_NUM_THREADS is set.
 TEST_WORKERS ?= auto
 test: $(STAMP) ## run the test suite on CPU, one pytest worker per core (what CI runs)
 	@$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
