@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,8 @@ def test_sections_are_complete_and_in_order(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", CARDS, ids=IDS)
-def test_code_blocks_run(path: Path) -> None:
+def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what a block makes with tempfile goes with the test
     _, body = _split(path)
     blocks = _python_blocks(body)
     assert len(blocks) >= 2, "a card shows at least the functional and the Trainer usage"

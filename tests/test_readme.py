@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_example_runs() -> None:
+def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the example's tempfile.mkdtemp() goes with the test
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)
     assert blocks, "README.md shows a Python example"
     for index, block in enumerate(blocks):
