@@ -91,3 +91,21 @@ def test_the_recorded_command_is_paste_able_in_any_checkout(monkeypatch: pytest.
     # absolute, and its card showed a command that works on one machine only)
     argv[-1] = str(REPO_ROOT.parent / "shared" / "data")
     assert cli._command().endswith("--records method_cards/runs --data-dir ../shared/data")
+
+
+def test_the_demo_runs_its_grid_in_this_process_unless_told_to_isolate(
+    counted: list[int], tiny_recipe: Any, tracking_uri: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of the demo's short runs would otherwise pay a process start (its interpreter, imports, MLflow store)."""
+    import os
+
+    from cadence_harness import demo
+    from cadence_harness.cli_parser import build_parser
+
+    recipe = tiny_recipe(name="demo-tiny", methods={"count": {}}, grid={"arms": ["baseline", "each"]})
+    monkeypatch.setattr(demo, "demo_recipe", lambda data_dir=None: (recipe, "the tiny recipe"))
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--tracking-uri", tracking_uri]) == 0
+    # built by the grid's validation, then by the count arm's run: here too (a worker's would not be listed)
+    assert counted == [os.getpid(), os.getpid()]
+    assert build_parser().parse_args(["demo"]).isolate is False
+    assert build_parser().parse_args(["demo", "--isolate"]).isolate is True

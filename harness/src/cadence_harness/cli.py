@@ -270,8 +270,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from cadence_harness.demo import run_demo
 
     return run_demo(
-        run_grid=run_grid, out_dir=args.out, tracking_uri=args.tracking_uri, data_dir=args.data_dir, rerun=args.rerun
-    )
+        run_grid=run_grid, out_dir=args.out, tracking_uri=args.tracking_uri, data_dir=args.data_dir, rerun=args.rerun,
+        isolate=args.isolate,
+    )  # fmt: skip
 
 
 def cmd_methods(args: argparse.Namespace) -> int:

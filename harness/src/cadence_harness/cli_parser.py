@@ -149,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="a small CPU comparison on real data, in a few minutes")
     demo.add_argument("--out", default="cadence_runs/demo", help="folder for the table, plots and logs")
     demo.add_argument("--rerun", action="store_true", help="train again even if the demo's runs are in MLflow")
+    demo.add_argument(
+        "--isolate", action="store_true", help="one process per run (default: the 4 runs in this process, faster)"
+    )
     _common(demo)
 
     export = commands.add_parser("export", help="append an experiment's finished MLflow runs to its run records")
