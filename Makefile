@@ -52,7 +52,7 @@ fmt: $(STAMP) ## ruff: fix lint and format in place
 demo: $(STAMP) ## the main job: a small CPU comparison of methods on real data
 	$(PY) -m cadence_harness demo
 
-bench: $(STAMP) ## benchmarks: start-up, trainer overhead, harness host time, Python calls, phases and operations per step, loaders, augmentation, surgery, compiled step, FSDP2 memory per rank; side by side, with targets
+bench: $(STAMP) ## benchmarks: start-up, trainer overhead, harness host time, Python calls, phases and operations per step, a process's first run against its later ones, loaders, augmentation, surgery, compiled step, FSDP2 memory per rank; side by side, with targets
 	$(PY) -m cadence_harness.benchmarks
 
 cards: $(STAMP) ## write studies' measured results into the method cards and method_cards/INDEX.md (make cards STUDY="<recipe> ...")

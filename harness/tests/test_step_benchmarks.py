@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cadence_harness.benchmarks import compiled, overhead
@@ -20,3 +22,16 @@ def test_the_compiled_step_benchmark_alternates_an_eager_and_a_compiled_trainer(
     result = compiled.measure(rounds=2, batches_per_round=1, compile_config={"backend": "eager"})
     assert result["steps"] == 1 and result["graphs"] >= 1
     assert result["eager"] > 0 and result["compiled"] > 0 and result["compile_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_first_run_benchmark_trains_the_demo_in_a_fresh_process_and_compares_its_runs(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cadence_harness.benchmarks import first_run
+
+    first_run.main(["--runs", "2", "--processes", "1", "--data-dir", str(tmp_path)])  # no CIFAR-10 there: digits
+    printed = capsys.readouterr().out
+    assert "process 1 (demo-digits): train_s " in printed and "first over the rest's median" in printed
+    with pytest.raises(SystemExit):
+        first_run.main(["--runs", "1"])

@@ -20,7 +20,14 @@ class SlowEval(Callback):
         time.sleep(0.2)
 
 
-def train(timer: RunTimer, batches: int = 4) -> Trainer:
+class SlowEvalSetUp(SlowEval):
+    """Sleeps at the evaluation's first event instead, before EVAL_START (as building its metrics could)."""
+
+    eval_before_all = SlowEval.eval_start
+    eval_start = Callback.eval_start
+
+
+def train(timer: RunTimer, batches: int = 4, slow: Callback | None = None, close: bool = True) -> Trainer:
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
     model = Classifier(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)), 2)
@@ -31,12 +38,13 @@ def train(timer: RunTimer, batches: int = 4) -> Trainer:
         eval_interval="2ba",
         max_duration=f"{batches}ba",
         optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
-        callbacks=[timer, SlowEval()],
+        callbacks=[timer, slow or SlowEval()],
         progress_bar=False,
         seed=0,
     )
     trainer.fit()
-    trainer.close()
+    if close:
+        trainer.close()
     return trainer
 
 
@@ -49,6 +57,23 @@ def test_evaluation_is_not_training_time() -> None:
     assert summary["final/samples_per_s"] == 16 / summary["final/train_s"]
     assert [batch for batch, _, _ in timer.history] == [2, 4]
     assert "final/time_to_target_s" not in summary and summary["final/peak_memory_mb"] > 0
+
+
+def test_all_of_an_evaluation_is_evaluation_time_from_its_first_event_to_its_last() -> None:
+    timer = RunTimer("MulticlassAccuracy", target=None)
+    train(timer, slow=SlowEvalSetUp())
+    summary = timer.summary(torch.device("cpu"))
+    assert summary["final/eval_s"] >= 0.4  # two evaluations, each slept 0.2 s at EVAL_BEFORE_ALL
+    assert summary["final/train_s"] < summary["final/wall_s"] - 0.39
+
+
+def test_a_standalone_evaluation_is_timed_too() -> None:
+    timer = RunTimer("MulticlassAccuracy", target=None)
+    trainer = train(timer, close=False)
+    before = timer.eval_s
+    trainer.eval()
+    trainer.close()
+    assert timer.eval_s >= before + 0.2
 
 
 def test_time_to_target_is_the_training_time_of_the_first_evaluation_that_reaches_it() -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torchmetrics
 from torch import nn
 
-from cadence import Classifier, Trainer
+from cadence import Callback, Classifier, Trainer
 from cadence.metrics import CrossEntropy, MulticlassAccuracy
 from cadence.models.huggingface import LanguageCrossEntropy
 
@@ -120,3 +122,30 @@ def test_a_classifier_evaluates_to_the_accuracy_counted_by_hand() -> None:
     with torch.no_grad():
         correct = sum(int((model.module(x).argmax(1) == y).sum()) for x, y in pairs)
     assert results["MulticlassAccuracy"] == pytest.approx(correct / sum(len(y) for _, y in pairs))
+
+
+class MetricsAtFitStart(Callback):
+    """What metrics the trainer had built when FIT_START fired (a timer started there counts all that follows)."""
+
+    def fit_start(self, state: Any, logger: Any) -> None:
+        self.built = (set(state.built_metrics(is_train=False)), set(state.built_metrics(is_train=True)))
+
+
+@pytest.mark.parametrize("evaluates", [True, False])
+def test_a_run_that_evaluates_builds_its_eval_metrics_before_fit_start(evaluates: bool) -> None:
+    # Importing torchmetrics takes seconds on its first use. Built at the first evaluation, it fell inside the training
+    # time of every clock started at FIT_START: the harness's demo run in a fresh process trained 4.5 s, not 3.1 s.
+    batches = [(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))] * 2
+    model, seen = Classifier(nn.Linear(3, 2), num_classes=2), MetricsAtFitStart()
+    trainer = Trainer(
+        model=model,
+        train_dataloader=batches,
+        eval_dataloader=batches if evaluates else None,
+        max_duration="2ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        callbacks=[seen],
+        progress_bar=False,
+    )
+    trainer.fit()
+    trainer.close()
+    assert seen.built == (({"MulticlassAccuracy", "CrossEntropy"} if evaluates else set()), set())

@@ -1,6 +1,6 @@
 """Run every benchmark: start-up, trainer overhead, the harness's host time, Python calls and phases per step, the
-operations a real recipe's step dispatches, the loaders alone, augmentation, model surgery, the compiled step,
-memory per rank under FSDP2."""
+operations a real recipe's step dispatches, a process's first run against its later ones, the loaders alone,
+augmentation, model surgery, the compiled step, memory per rank under FSDP2."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ BENCHMARKS = (
     "step_calls",
     "step_phases",
     "step_ops",
+    "first_run",
     "loader_rate",
     "augment",
     "surgery",

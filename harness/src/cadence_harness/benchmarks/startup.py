@@ -9,7 +9,7 @@ Three scripts, each run in a new Python process, interleaved, the median of the 
 
 The line that matters is the last one minus the second: what cadence itself adds. Issue 13's target is
 <= 2 s for the whole third line. Also lists which heavy libraries the third script imported (none
-should be: torchmetrics comes in with the first evaluation). Prints numbers; it is not a test.
+should be: torchmetrics comes in with a fit that evaluates). Prints numbers; it is not a test.
 
     python -m cadence_harness.benchmarks.startup [--repeats 3]
 """

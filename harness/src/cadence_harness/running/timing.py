@@ -1,16 +1,16 @@
 """`RunTimer`: how long training took, apart from evaluation and warm-up, and when it hit the target.
 
-The measured region is training only: data loading, methods, forward, backward and the
-optimizer step. Evaluation pauses it, and the first `warmup_batches` batches (which pay
-``torch.compile`` and allocator warm-up) are timed on their own line. So is every *shape warm-up*:
-the first step of each distinct piece of work (a new input shape from progressive resizing or ColOut,
-a new model structure after surgery or layer freezing), which pays cuDNN autotuning, recompilation
-and the FLOP counter's one counted pass (`cadence_harness.running.flops`), which calls `time_apart` as it
-starts: FLOP counting never runs inside the timed region. A compiled forward runs that counted step eagerly
-(Dynamo cannot trace under the counter's dispatch mode) and compiles in the next one, so with ``compile``
-the first two steps of each piece of work are timed apart, three with CUDA graphs (the third records them).
-On CUDA the region is bracketed with CUDA events, synchronised only where the loop already synchronises (evaluation
-reads its metrics back) and at the end; on CPU it uses ``time.perf_counter``.
+The measured region is training only: data loading, methods, forward, backward and the optimizer step.
+Evaluation pauses it (EVAL_BEFORE_ALL to EVAL_AFTER_ALL), and the first `warmup_batches` batches (which pay
+``torch.compile`` and allocator warm-up) are timed on their own line. So is every *shape warm-up*: the first
+step of each distinct piece of work (a new input shape from progressive resizing or ColOut, a new model
+structure after surgery or layer freezing), which pays cuDNN autotuning, recompilation and the FLOP counter's
+one counted pass (`cadence_harness.running.flops`), which calls `time_apart` as it starts: FLOP counting never
+runs inside the timed region. A compiled forward runs that counted step eagerly (Dynamo cannot trace under the
+counter's dispatch mode) and compiles in the next one, so with ``compile`` the first two steps of each piece of
+work are timed apart, three with CUDA graphs (the third records them). On CUDA the region is bracketed with CUDA
+events, synchronised only where the loop already synchronises (evaluation reads its metrics back) and at the
+end; on CPU it uses ``time.perf_counter``.
 
 Beside wall-clock, the same segments accumulate the process's CPU time (``time.process_time``:
 every thread of this process, user and system). On a shared machine another process slows the
@@ -186,13 +186,16 @@ class RunTimer(Callback):
             self.train.start()
 
     # Evaluation pauses the clock ---------------------------------------------------------
-    def eval_start(self, state: State, logger: Logger) -> None:
+    # From the evaluation's first event to its last, so that all the trainer does for it is evaluation time: the
+    # methods' work at EVAL_START and EVAL_END (EMA swaps its average in and out) and the model's metrics, which
+    # the trainer builds before FIT_START when it will evaluate but which `Trainer.eval` may build on first use.
+    def eval_before_all(self, state: State, logger: Logger) -> None:
         self._paused = self.train is not None and self.train.running
         if self.train is not None and self._paused:
             self.train.stop()
         self._eval_start = time.perf_counter()
 
-    def eval_end(self, state: State, logger: Logger) -> None:
+    def eval_after_all(self, state: State, logger: Logger) -> None:
         self.eval_s += time.perf_counter() - self._eval_start
         if self.train is None:  # an eval() outside fit()
             return
@@ -217,6 +220,9 @@ class RunTimer(Callback):
         logger.log_metrics(metrics)
         if self._paused:
             self.train.start()
+
+    eval_standalone_start = eval_before_all  # `Trainer.eval()` outside fit: its own first and last events
+    eval_standalone_end = eval_after_all
 
     def fit_end(self, state: State, logger: Logger) -> None:
         assert self.train is not None and self.warmup is not None

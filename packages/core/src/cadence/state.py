@@ -137,7 +137,8 @@ class State:
 
         The trainer calls this after INIT instead of building them: a run that never evaluates (or
         never computes train metrics) never imports torchmetrics, whose import pulls in scipy,
-        matplotlib and transformers whenever they are installed (seconds of start-up).
+        matplotlib and transformers whenever they are installed (seconds of start-up). A fit that will
+        evaluate builds its eval metrics just before FIT_START, outside any clock started there.
         """
         self._metrics.clear()
         self._metrics_from_model = True

@@ -174,8 +174,7 @@ class Trainer:
         self._nonfinite = NonFiniteLossGuard(check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_MODES))
         self.save_folder = Path(save_folder) if save_folder is not None else None
         self.save_num_checkpoints_to_keep = save_num_checkpoints_to_keep
-        self.save_overwrite = save_overwrite
-        self.compute_train_metrics = compute_train_metrics
+        self.save_overwrite, self.compute_train_metrics = save_overwrite, compute_train_metrics
 
         # Environment: process group, seeds, determinism ---------------------------------
         rank, world_size = dist.initialize_from_environment(device_)
@@ -324,6 +323,8 @@ class Trainer:
         self._closure_optimizer = next((o for o in state.optimizers if getattr(o, "uses_closure", False)), None)
         state.model.train()
         self.logger.log_hyperparameters(run_hyperparameters(state))
+        if evaluation_due := self._data.eval is not None and self._eval_interval is not None:
+            _ = state.eval_metrics  # built before FIT_START's clocks start: importing torchmetrics takes seconds
         self.engine.run_event(Event.FIT_START)
         while not state.is_done():
             if state.timestamp.batch_in_epoch == 0 and state.timestamp.epoch_in_iteration == 0:
@@ -333,7 +334,6 @@ class Trainer:
             if self._train_epoch():
                 self._end_epoch()
         self._nonfinite.check()
-        evaluation_due = self._data.eval is not None and self._eval_interval is not None
         if evaluation_due and self._last_eval_batch != state.timestamp.batch:
             self._evaluate()
         if self.compiled is not None:
