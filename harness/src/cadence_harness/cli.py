@@ -104,7 +104,7 @@ def _load(args: argparse.Namespace, methods: tuple[str, ...] = (), grid: dict[st
 def cmd_run(args: argparse.Namespace) -> int:
     from cadence_harness.running.preflight import require_device
     from cadence_harness.running.run import execute
-    from cadence_harness.running.runners import run_launched
+    from cadence_harness.running.runners import run_launched, warm_up_process
     from cadence_harness.running.scale_out import require_processes
 
     arm = method_names(_methods(args.methods))
@@ -114,6 +114,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs = [RunSpec(leaf, arm, seed, label) for seed in recipe.seeds for label, leaf in leaf_recipes(recipe, arm)]
     if recipe.nproc > 1:  # the methods are asked here, as a grid does: a refusal starts no torchrun job
         check_arms(recipe, specs, args.data_dir, args.download)
+    elif recipe.device == "gpu":  # as an in-process grid: CUDA's one-time costs land in no recorded run
+        seconds = warm_up_process(specs[0], data_dir=args.data_dir, download=args.download)
+        print(f"warmed up the process in {seconds:.1f} s (one unrecorded epoch)")
     for spec in specs:
         options = {"data_dir": args.data_dir, "download": args.download, "progress_bar": not args.no_progress}
         tags = {f"{TAG}command": _command()}

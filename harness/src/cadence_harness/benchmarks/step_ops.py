@@ -87,7 +87,7 @@ class OpCounter(Callback):
         elif event is Event.FIT_END and self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
-        elif event is Event.EVAL_START:
+        elif event is Event.EVAL_BEFORE_ALL:
             self._phase = None
         elif event in PHASE_AT:
             batch = state.timestamp.batch  # batches finished so far: the running step's index until BATCH_END
@@ -98,7 +98,7 @@ class OpCounter(Callback):
             self._phase = PHASE_AT[event] if in_window else None
 
     def handles(self, event: Event) -> bool:
-        return event in PHASE_AT or event in (Event.FIT_START, Event.FIT_END, Event.EVAL_START)
+        return event in PHASE_AT or event in (Event.FIT_START, Event.FIT_END, Event.EVAL_BEFORE_ALL)
 
     def per_step(self) -> dict[str, float]:
         """Operations per counted step, by phase (in `PHASES` order)."""
