@@ -137,11 +137,17 @@ class State:
 
         The trainer calls this after INIT instead of building them: a run that never evaluates (or
         never computes train metrics) never imports torchmetrics, whose import pulls in scipy,
-        matplotlib and transformers whenever they are installed (seconds of start-up). A fit that will
-        evaluate builds its eval metrics just before FIT_START, outside any clock started there.
+        matplotlib and transformers whenever they are installed (seconds of start-up). A fit builds
+        the ones it will use just before FIT_START (`build_metrics`), outside any clock started there.
         """
         self._metrics.clear()
         self._metrics_from_model = True
+
+    def build_metrics(self, train: bool, evaluation: bool) -> None:
+        """Build now the train and/or eval metrics, if not built yet, so that their first use costs no import."""
+        for is_train, wanted in ((True, train), (False, evaluation)):
+            if wanted:
+                self._metrics_for(is_train)
 
     def built_metrics(self, is_train: bool) -> dict[str, Metric]:
         """The metrics if they were built or set, else ``{}`` without building them (for checkpoints:

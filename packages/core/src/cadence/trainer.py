@@ -323,8 +323,8 @@ class Trainer:
         self._closure_optimizer = next((o for o in state.optimizers if getattr(o, "uses_closure", False)), None)
         state.model.train()
         self.logger.log_hyperparameters(run_hyperparameters(state))
-        if evaluation_due := self._data.eval is not None and self._eval_interval is not None:
-            _ = state.eval_metrics  # built before FIT_START's clocks start: importing torchmetrics takes seconds
+        evaluation_due = self._data.eval is not None and self._eval_interval is not None
+        state.build_metrics(train=self.compute_train_metrics, evaluation=evaluation_due)  # before FIT_START's clocks
         self.engine.run_event(Event.FIT_START)
         while not state.is_done():
             if state.timestamp.batch_in_epoch == 0 and state.timestamp.epoch_in_iteration == 0:
