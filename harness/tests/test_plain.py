@@ -4,7 +4,9 @@ one colour per arm."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -113,6 +115,34 @@ def test_an_accuracy_gain_counts_only_if_it_survives_the_studys_correction() -> 
     alone = [r for r in runs if r.arm in ("baseline", "lucky")]
     (alone_section,) = sections_of(alone)
     assert "more accurate at 2ep" in in_short("lucky", "Lucky", [alone_section])
+
+
+def test_a_time_ratio_without_a_curve_counts_only_if_it_survives_the_studys_correction() -> None:
+    """One budget, no curve: an arm reads "less training time" from its same-budget time ratio only where the
+    ratio's q-value over the section's ratio cells is below 0.05. The lucky arm's paired t-test gives p = 0.028
+    (its interval excludes 1, which alone read as a gain before) among 20 arms that change nothing; the fast arm
+    trains in 0.8 of the time."""
+    base = [10.0, 11.0, 12.0, 10.5]
+    shifts = {
+        ("lucky",): [0.006, 0.002, 0.009, 0.006],
+        ("fast",): [0.22, 0.23, 0.21, 0.22],
+        **{(f"null{i:02d}",): [(-1) ** i * 0.004, 0.003, -0.003, -((-1) ** i) * 0.004] for i in range(20)},
+    }
+    recipe = Recipe(name="known", model="tv/resnet20", data="digits", duration="2ep",
+                    methods={name[0]: {} for name in shifts})  # fmt: skip
+    times = {(): base, **{arm: [b * math.exp(-d) for b, d in zip(base, ds)] for arm, ds in shifts.items()}}
+    runs = [
+        dataclasses.replace(r, metrics={**r.metrics, "final/train_s": t})
+        for arm, values in times.items()
+        for seed, t in enumerate(values)
+        for r in [record(arm, seed, 0.8, recipe)]
+    ]
+    (section,) = sections_of(runs)
+    rows = {s.arm: s for s in section.summaries}
+    assert rows["lucky"].speedup.low > 1 and 0.02 < rows["lucky"].ratio_p["train_s"] < 0.05
+    assert rows["lucky"].ratio_q["train_s"] > 0.05 and rows["fast"].ratio_q["train_s"] < 0.05
+    assert "less training time" not in in_short("lucky", "Lucky", [section])
+    assert "less training time at 2ep" in in_short("fast", "Fast", [section])
 
 
 def test_cards_and_index_open_with_the_line_then_settings_and_paste_able_commands(

@@ -13,7 +13,7 @@ from cadence_harness.reading.combination_search import greedy_search, registry_c
 from cadence_harness.reading.cost_matched import cost_matched_budget
 from cadence_harness.reading.noise_floor import NoiseFloor
 from cadence_harness.reading.summaries import Section
-from cadence_harness.reading.target_speedup import gain_over, speedup_at_baseline_best
+from cadence_harness.reading.target_speedup import TargetSpeedup, gain_over, speedup_at_baseline_best
 from cadence_harness.reading.tradeoff import Curve, matched_speedups
 
 COSTS = [1.0, 2.0, 4.0]
@@ -508,3 +508,12 @@ def test_a_cost_matched_budget_is_asked_only_of_a_curve_that_saves_flops_yet_nev
     assert cost_matched_budget("16ep", flops=0.96, base_flops=1.0, bound=1.9) is None  # no saving per step
     assert cost_matched_budget("16ep", flops=0.5, base_flops=1.0, bound=0.9) is None  # it had the baseline's cost
     assert cost_matched_budget("16ep", flops=0.5, base_flops=1.0, bound=None) is None  # it reaches the target
+
+
+def test_a_recipe_below_1_5x_whose_interval_reaches_1_5x_is_undecided_not_refused() -> None:
+    """1.41x [1.25, 1.58] on 4 seeds (the ResNet-20 study's best recipe) read "it does not qualify", a refutation its
+    interval cannot support; only an interval wholly below 1.5x says no."""
+    reaches = TargetSpeedup("a+b", "flops", 4, 0.9, 1.41, 1.25, 1.58)
+    assert reaches.verdict() == "undecided: 1.41x, below 1.5x, but with n=4 its interval does not exclude 1.5x"
+    assert TargetSpeedup("a+b", "flops", 4, 0.9, 1.41, 1.25, 1.45).verdict() == "it does not qualify"
+    assert TargetSpeedup("a+b", "flops", 1, 0.9, 1.41).verdict().startswith("undecided")  # one seed: no interval

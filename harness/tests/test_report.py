@@ -16,8 +16,8 @@ from cadence.loggers import MLFlowLogger
 from cadence_harness.reading.cards import MARK_END, MARK_START, write_cards, write_index
 from cadence_harness.reading.peaks import peak_flops, peak_fraction
 from cadence_harness.reading.report import pareto_front, report_from_runs
-from cadence_harness.reading.summaries import summarize
-from cadence_harness.reading.tables import format_table, peak_note
+from cadence_harness.reading.summaries import speedup_to_target, summarize
+from cadence_harness.reading.tables import _target_ratio, format_table, peak_note
 from cadence_harness.records import RunRecord
 from cadence_harness.running.recipe import Recipe
 from cadence_harness.running.runspec import RunSpec
@@ -115,7 +115,9 @@ def test_table_numbers_match_an_independent_computation(report: Any) -> None:
     assert math.isclose(fast.speedup.mean, middle)
     assert math.isclose(fast.speedup.low, low) and math.isclose(fast.speedup.high, high)
     assert math.isclose(fast.speedup_to_target.mean, log_ratio_t([6.0, 7.0, 8.0], [4.0, 5.0, 3.0])[0])
-    assert base.reached == 3 and rows["slow"].reached == 0 and rows["slow"].speedup_to_target is None
+    assert base.reached == 3 and rows["slow"].reached == 0
+    slow_to_target = rows["slow"].speedup_to_target  # never reached: below base / its training time, 2 seeds
+    assert math.isnan(slow_to_target.mean) and (slow_to_target.low, slow_to_target.high) == (0.0, math.inf)
 
     table = report.markdown
     assert f"| baseline | 3 | {81.0:.2f} ± {t_half(base_acc) * 100:.2f} |" in table
@@ -284,3 +286,28 @@ def test_the_report_and_index_show_throughput_and_the_cards_do_not(tmp_path: Pat
         report.summaries, methods_root=root, index_path=tmp_path / "repo" / "INDEX.md", sections=report.sections
     )
     assert "| model TFLOP/s | % of peak |" in index.read_text() and "989 TFLOP/s" in index.read_text()
+
+
+def _reaching(seed: int, train_s: float, reach: float | None) -> RunRecord:
+    metrics = {"final/train_s": train_s, **({"final/time_to_target_s": reach} if reach is not None else {})}
+    return RunRecord(f"r{seed}-{train_s}", "e", {"cadence.seed": str(seed)}, {"device_name": "cpu"}, metrics)
+
+
+def test_a_seed_short_of_the_target_counts_as_a_bound_not_as_a_missing_seed() -> None:
+    # The baseline reaches the target at 8 s on five seeds; the arm at 7.0 and 7.2 s on two and never on three
+    # (trained 9 s each). Over the two that reached it, the arm read 1.13x; the three that did not say its time to
+    # target is above 9 s, a ratio below 8/9: every seed counts, and only bounds are known.
+    base = [_reaching(seed, 10.0, 8.0) for seed in range(5)]
+    arm = [_reaching(0, 9.0, 7.0), _reaching(1, 9.0, 7.2), *(_reaching(seed, 9.0, None) for seed in (2, 3, 4))]
+    interval = speedup_to_target(arm, base)
+    assert interval is not None and interval.n == 5 and math.isnan(interval.mean)
+    assert (interval.low, interval.high) == (0.0, math.inf)  # five seeds, some bounds: the sign test bounds nothing
+    assert _target_ratio(interval, 5) == "—"
+    known = speedup_to_target(arm[:2], base[:2])
+    assert known is not None and known.mean == pytest.approx(math.sqrt(8 / 7.0 * 8 / 7.2)) and known.n == 2
+    assert _target_ratio(known, 5).endswith(" n=2")
+    eight = [_reaching(seed, 10.0, 8.0) for seed in range(8)]
+    short = speedup_to_target([_reaching(seed, 9.0, None if seed else 7.0) for seed in range(8)], eight)
+    assert short is not None and short.low == 0.0 and short.high == pytest.approx(8 / 7.0)  # the largest bound
+    assert _target_ratio(short, 8) == "[unbounded, 1.14x] n=8 (bounds: a seed fell short of the target)"
+    assert speedup_to_target([_reaching(0, 9.0, None)], [_reaching(0, 9.0, None)]) is None

@@ -15,6 +15,11 @@ roughly normal and additive, with n always shown beside it.
   of the per-seed ratios. The percentile bootstrap this replaced is the range of the seeds' values
   with 3 seeds: simulated with paired normal seeds, its nominal 95% covered about 75%; the t-interval
   covers 95% (``harness/tests/test_stats_coverage.py`` checks it at n = 3 and n = 5).
+* Seeds known only as bounds (a speedup beyond the baseline's range: the arm is more accurate than the
+  baseline's longest budget, or less than its shortest): the side of the interval and the one-sided p-value
+  that rest on them are the more cautious of the t-interval's and the sign test's, because equal bounds
+  (deterministic FLOPs) have no spread and a t-interval on them alone read p = 0. With 5 seeds or fewer the
+  sign test bounds nothing at 95 %, so that side stays open.
 
 Many comparisons are read at once (a study's claims, a table's better/worse cells), so a few look
 significant by chance: `holm` adjusts the p-values of a family for its family-wise error rate, and
@@ -134,45 +139,104 @@ def paired_t_ratio(numerator: Sequence[float], denominator: Sequence[float], con
     return Interval(math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.n)
 
 
-def t_bounds(lows: Sequence[float], highs: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+def t_bounds(
+    lows: Sequence[float], highs: Sequence[float], confidence: float = 0.95, margins: Sequence[float] | None = None
+) -> tuple[float, float]:
     """The t-interval of per-seed values known only as bounds ``lows[i] <= x_i <= highs[i]`` (equal where a value is
-    known): its low end from the lows, its high end from the highs, each safe. A side with an unbounded seed
-    (``-inf`` low, ``+inf`` high) stays unbounded. Needs two seeds."""
+    known): its low end from the lows, its high end from the highs. A side with an unbounded seed (``-inf`` low,
+    ``+inf`` high) stays unbounded. A side that rests on bounds is read as `_beyond` says. Needs two seeds."""
     if len(lows) != len(highs) or len(lows) < 2:
         raise ValueError(f"`t_bounds` needs as many lows as highs, two or more; got {len(lows)} and {len(highs)}")
     low_side, high_side = np.asarray(lows, dtype=float), np.asarray(highs, dtype=float)
+    alpha = (1 - confidence) / 2
+    side, p_margin = _beyond(low_side, high_side, margins)
+    if side == "above":  # every seed beyond the top: the bounds' own t end, once the margins show it
+        return (float(t_interval(low_side, confidence).low) if p_margin <= alpha else -math.inf), math.inf  # type: ignore[arg-type]
+    if side == "below":
+        return -math.inf, (float(t_interval(high_side, confidence).high) if p_margin <= alpha else math.inf)  # type: ignore[arg-type]
     low = t_interval(low_side, confidence).low if np.all(np.isfinite(low_side)) else -math.inf
     high = t_interval(high_side, confidence).high if np.all(np.isfinite(high_side)) else math.inf
+    if np.any(low_side != high_side):  # bounds understate the spread: no surer than the sign test
+        low = min(low, _order_bound(low_side, confidence))  # type: ignore[type-var]
+        high = max(high, -_order_bound(-high_side, confidence))  # type: ignore[type-var]
     return float(low), float(high)  # type: ignore[arg-type]
 
 
-def t_p_values(lows: Sequence[float], highs: Sequence[float], null: float = 0.0) -> tuple[float, float]:
-    """One-sided t-test p-values that the mean of per-seed values (given as safe bounds, as in `t_bounds`) lies
-    above `null` (from the lows) and below it (from the highs); 1 where a side has an unbounded seed. Seeds that
-    agree exactly give 0 or 1 (no noise: the sign decides)."""
-    from scipy.stats import t
-
-    def above(values: np.ndarray) -> float:
-        if not np.all(np.isfinite(values)):
-            return 1.0
-        n, mean, spread = len(values), float(values.mean()), float(values.std(ddof=1))
-        if spread == 0 or not math.isfinite(spread):
-            return 0.0 if mean > null else 1.0
-        return float(t.sf((mean - null) / (spread / math.sqrt(n)), n - 1))
-
+def t_p_values(
+    lows: Sequence[float], highs: Sequence[float], null: float = 0.0, margins: Sequence[float] | None = None
+) -> tuple[float, float]:
+    """One-sided p-values that the mean of per-seed values (given as bounds, as in `t_bounds`) lies above `null`
+    (from the lows) and below it (from the highs); 1 where a side has an unbounded seed. Known values that agree
+    exactly give 0 or 1 (no noise: the sign decides). A side that rests on bounds is read as `_beyond` says: the
+    larger of two p-values is valid where either is (an intersection-union test where both must hold)."""
     low_side, high_side = np.asarray(lows, dtype=float), np.asarray(highs, dtype=float)
-    return above(low_side), above(2 * null - high_side)
+    side, p_margin = _beyond(low_side, high_side, margins)
+    if side == "above":
+        return max(p_margin, _p_above(low_side, null)), 1.0
+    if side == "below":
+        return 1.0, max(p_margin, _p_above(2 * null - high_side, null))
+    bounded = bool(np.any(low_side != high_side))
+    return _p_above(low_side, null, sign=bounded), _p_above(2 * null - high_side, null, sign=bounded)
+
+
+def _beyond(lows: np.ndarray, highs: np.ndarray, margins: Sequence[float] | None) -> tuple[str, float]:
+    """How a side resting on bounds is read: ``("above" | "below", p)`` where every seed lies beyond the same end
+    of the baseline's range and `margins` are given, else ``("", 1.0)``.
+
+    Every seed beyond the top (the arm more accurate than the baseline's best, each ``margins[i]`` its accuracy
+    over that best) bounds the speedup below by the ratio of costs: if the arm's mean accuracy is above the
+    baseline's best mean, the baseline needs at least its top cost for it. So that side is the cost ratios' own
+    t end, valid once a paired t-test on the margins (known values, p returned) shows the mean margin above 0;
+    until then it stays open. Beyond the bottom, mirrored. Elsewhere, where only some seeds are bounds, the side
+    takes the more cautious of the t end and the sign test's (`_order_bound`, `_p_above`): bounds understate the
+    seeds' spread (five equal bounds of deterministic FLOPs have none), so a t end from them alone claims more
+    than they show; with 5 seeds or fewer the sign test bounds nothing at 95 %, and that side stays open."""
+    if margins is None or len(margins) != len(lows):
+        return "", 1.0
+    values = np.asarray(margins, dtype=float)
+    if np.all(np.isinf(highs) & np.isfinite(lows)):
+        return "above", _p_above(values, 0.0)
+    if np.all(np.isinf(lows) & np.isfinite(highs)):
+        return "below", _p_above(-values, 0.0)
+    return "", 1.0
+
+
+def _p_above(values: np.ndarray, null: float, sign: bool = False) -> float:
+    """One-sided t-test p-value that the values' mean is above `null` (1 with an unbounded value; 0 or 1 where
+    they agree exactly); with `sign`, no smaller than the sign test's (the binomial chance of so many above)."""
+    from scipy.stats import binom, t
+
+    if not np.all(np.isfinite(values)):
+        return 1.0
+    n, mean, spread = len(values), float(values.mean()), float(values.std(ddof=1))
+    if spread == 0 or not math.isfinite(spread):
+        p = 0.0 if mean > null else 1.0
+    else:
+        p = float(t.sf((mean - null) / (spread / math.sqrt(n)), n - 1))
+    return max(p, float(binom.sf(int(np.sum(values > null)) - 1, n, 0.5))) if sign else p
+
+
+def _order_bound(values: np.ndarray, confidence: float) -> float:
+    """The sign test's lower confidence bound for the median of the values (or of anything above them): their r-th
+    smallest, r the largest with ``P(Binomial(n, 1/2) < r) <= (1 - confidence) / 2``; ``-inf`` where no r is
+    (n <= 5 at 95 %: even n seeds all above a point leave a chance of 1/2**n that the median is below it)."""
+    from scipy.stats import binom
+
+    n, alpha = len(values), (1 - confidence) / 2
+    r = max((k for k in range(1, n + 1) if binom.cdf(k - 1, n, 0.5) <= alpha), default=0)
+    return float(np.sort(values)[r - 1]) if r else -math.inf
 
 
 def paired_log_interval(
-    log_bounds: Sequence[tuple[float, float]], confidence: float = 0.95
+    log_bounds: Sequence[tuple[float, float]], confidence: float = 0.95, margins: Sequence[float] | None = None
 ) -> tuple[float, float, float, float]:
     """The paired t-interval of a speedup from each seed's safe (low, high) log speedup (equal where the seed's
     speedup is known): ``(low, high, p_up, p_down)``, the ends as ratios (0 or inf where a side stays
-    unbounded) and the one-sided p-values that it lies above 1 and below 1."""
+    unbounded) and the one-sided p-values that it lies above 1 and below 1. `margins`: each seed's accuracy
+    beyond the end of the baseline's range its bound is read at (see `_beyond`)."""
     lows, highs = [b[0] for b in log_bounds], [b[1] for b in log_bounds]
-    low, high = t_bounds(lows, highs, confidence)
-    p_up, p_down = t_p_values(lows, highs)
+    low, high = t_bounds(lows, highs, confidence, margins)
+    p_up, p_down = t_p_values(lows, highs, margins=margins)
     return math.exp(low), math.exp(high), p_up, p_down
 
 

@@ -111,11 +111,11 @@ def effects(section: Section, arm: str) -> tuple[list[str], list[str]]:
             speedups = section.speedups_of(curve, unit)
             better = [s.budget for s in speedups if s.verdict == "better"]
             worse = [s.budget for s in speedups if s.verdict == "worse"]
-        else:  # one budget: the ratio of the same budget's costs, read by its interval
-            ratios = [(s.budget, s.speedup if unit == "train_s" else s.flops_ratio) for s in rows]
-            ratios = [(b, r) for b, r in ratios if r is not None and r.low is not None and not identity]
-            better = [b for b, r in ratios if r.low is not None and r.low > 1]
-            worse = [b for b, r in ratios if r.high is not None and r.high < 1]
+        else:  # no curve: the ratio of the same budget's costs, by its q-value
+            found = [s for s in rows if s.ratio_q.get(unit, 1.0) < 0.05 and not identity]
+            ratios = [(s.budget, s.speedup if unit == "train_s" else s.flops_ratio) for s in found]
+            better = [b for b, r in ratios if r is not None and r.mean > 1]
+            worse = [b for b, r in ratios if r is not None and r.mean < 1]
         if better:
             gains.append(f"less {words} at {', '.join(better)}")
         if worse:

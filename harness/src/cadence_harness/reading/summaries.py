@@ -44,13 +44,23 @@ from cadence_harness.stats import (
     Interval,
     benjamini_hochberg,
     log_t_interval,
+    paired_log_interval,
     paired_t_difference,
     paired_t_p_value,
     paired_t_ratio,
     t_interval,
 )
 
-__all__ = ["SETTINGS", "TIMES", "ArmSummary", "Section", "paired_values", "sections_of", "summarize"]
+__all__ = [
+    "SETTINGS",
+    "TIMES",
+    "ArmSummary",
+    "Section",
+    "paired_values",
+    "sections_of",
+    "speedup_to_target",
+    "summarize",
+]
 
 
 SETTINGS = ("model", "data", "subset", "eval_subset", "duration", "batch_size", "precision", "device_name")
@@ -85,6 +95,8 @@ class ArmSummary:
     accuracy_q: float | None = None  # its Benjamini-Hochberg q-value over the section's accuracy cells (< 0.05: found)
     speedup: Interval | None = None  # baseline time / arm time at the same budget
     flops_ratio: Interval | None = None  # baseline FLOPs / arm FLOPs at the same budget
+    ratio_p: dict[str, float | None] = field(default_factory=dict)  # "train_s"/"flops": the paired t-test of that ratio
+    ratio_q: dict[str, float] = field(default_factory=dict)  # ... its Benjamini-Hochberg q over the section's ratios
     speedup_to_target: Interval | None = None
     run_ids: list[str] = field(default_factory=list)
     command: str = ""
@@ -190,9 +202,41 @@ def _compare(summary: ArmSummary, arm: list[RunRecord], base: list[RunRecord]) -
         cost, base_cost = paired_values(arm, base, key)
         if cost:
             setattr(summary, attribute, paired_t_ratio(base_cost, cost))
-    reach, base_reach = paired_values(arm, base, "final/time_to_target_s")
-    if reach:
-        summary.speedup_to_target = paired_t_ratio(base_reach, reach)
+            if all(c > 0 for c in (*cost, *base_cost)):  # the paired t-test on the log ratios, for `ratio_q`
+                summary.ratio_p[key.removeprefix("final/")] = paired_t_p_value(_logs(base_cost), _logs(cost))
+    summary.speedup_to_target = speedup_to_target(arm, base)
+
+
+def speedup_to_target(arm: Sequence[RunRecord], base: Sequence[RunRecord]) -> Interval | None:
+    """Baseline time to target / arm time to target, paired by seed over the seeds both ran on one machine, or None
+    where no run of them reached the target. A run that never reached it trained its whole budget short of it, so
+    its time to target is known only as above its training time and its seed's ratio only as a bound: every seed
+    counts (those that reached it alone would favour whichever side reached it less often), the interval rests on
+    the bounds (`paired_log_interval`), and the point estimate, the geometric mean, is NaN unless every ratio is
+    known."""
+    by_seed = {r.seed: r for r in base}
+    pairs = [(r, by_seed[r.seed]) for r in arm if r.seed in by_seed and same_machine((r, by_seed[r.seed])) is not None]
+    pairs = [(r, b) for r, b in pairs if r.metrics.get("final/train_s") and b.metrics.get("final/train_s")]
+    reach = [(r.metrics.get("final/time_to_target_s"), b.metrics.get("final/time_to_target_s")) for r, b in pairs]
+    if all(a is None and b is None for a, b in reach):
+        return None
+    bounds = []
+    for (run, base_run), (arm_t, base_t) in zip(pairs, reach, strict=True):
+        arm_low = arm_t if arm_t is not None else run.metrics["final/train_s"]  # time to target >= this
+        base_low = base_t if base_t is not None else base_run.metrics["final/train_s"]
+        low = math.log(base_low / arm_t) if arm_t is not None else -math.inf
+        high = math.log(base_t / arm_low) if base_t is not None else math.inf
+        bounds.append((low, high))
+    known = all(low == high for low, high in bounds)
+    mean = math.exp(sum(low for low, _ in bounds) / len(bounds)) if known else math.nan
+    if len(bounds) < 2:
+        return Interval(mean, None, None, len(bounds))
+    low, high, _, _ = paired_log_interval(bounds)
+    return Interval(mean, low, high, len(bounds))
+
+
+def _logs(values: Sequence[float]) -> list[float]:
+    return [math.log(value) for value in values]
 
 
 def _order(summary: ArmSummary) -> tuple[object, ...]:
@@ -219,7 +263,8 @@ def _adjust(section: Section) -> None:
     """Leave the identity arms' time cells out (they are the noise floor) and adjust the p-values of every other
     judged speedup cell of the section together (Benjamini-Hochberg): the q-values decide better and worse. The
     section's accuracy cells (each arm and budget against the baseline) are a second family, adjusted the same
-    way: with 80 of them, one 95% interval in twenty excludes 0 by chance."""
+    way: with 80 of them, one 95% interval in twenty excludes 0 by chance. The time and FLOPs ratios at the same
+    budget are a third (they judge an arm that has no curve, `plain.effects`)."""
     rows = [s for s in section.summaries if s.accuracy_p is not None]
     for row, q in zip(rows, benjamini_hochberg([s.accuracy_p for s in rows])):  # type: ignore[misc]
         row.accuracy_q = q
@@ -236,6 +281,9 @@ def _adjust(section: Section) -> None:
     for (curve_hash, unit, j), q in zip(cells, q_values):
         row = section.speedups[(curve_hash, unit)]
         row[j] = dataclasses.replace(row[j], q=q)
+    ratios = [(s, unit, p) for s in section.summaries for unit, p in s.ratio_p.items() if p is not None]
+    for (row, unit, _), q in zip(ratios, benjamini_hochberg([p for _, _, p in ratios])):  # a third family
+        row.ratio_q[unit] = q
 
 
 # Sections: one per study (family) ----------------------------------------------------------

@@ -108,6 +108,18 @@ def _ratio(interval: Interval | None) -> str:
     return interval.format(suffix="x")
 
 
+def _target_ratio(interval: Interval | None, n: int) -> str:
+    """The speedup to target; where a seed fell short of the target its ratio is a bound, so only the interval
+    shows (`summaries.speedup_to_target`), and n wherever it is not the row's seeds."""
+    if interval is None or not math.isnan(interval.mean):
+        text = _ratio(interval)
+        return text if interval is None or interval.n == n or text.startswith("—") else f"{text} n={interval.n}"
+    if interval.low is None or interval.high is None or (interval.low == 0.0 and interval.high == math.inf):
+        return "—"  # bounds that bound nothing: the time to target's column says how many seeds reached it
+    ends = ", ".join("unbounded" if end in (0.0, math.inf) else f"{end:.2f}x" for end in (interval.low, interval.high))
+    return f"[{ends}] n={interval.n} (bounds: a seed fell short of the target)"
+
+
 def _tflops(interval: Interval) -> str:
     return "—" if interval.n == 0 else interval.format(scale=1e-12, digits=3)
 
@@ -133,7 +145,7 @@ def _row(s: ArmSummary, with_budget: bool, language: bool = False, throughput: b
         s.samples_per_s.format(digits=0),
         *([_tflops(s.flops_per_s), _percent(s.peak_fraction)] if throughput else []),
         reached if s.reached else ("not reached" if s.target is not None else "—"),
-        _ratio(s.speedup_to_target),
+        _target_ratio(s.speedup_to_target, s.n),
         s.peak_memory_mb.format(digits=0),
     ]
 

@@ -58,9 +58,14 @@ class TargetSpeedup:
             return "it qualifies"
         if self.estimate is None:
             return "undecided: its curve does not reach the baseline's best accuracy, so only a bound is known"
-        if not self.needs_more_seeds():
-            return "it does not qualify"
-        return f"undecided: {self.estimate:.2f}x, but with n={self.n} its interval does not exclude 1"
+        if self.needs_more_seeds():
+            return f"undecided: {self.estimate:.2f}x, but with n={self.n} its interval does not exclude 1"
+        if self.high is None or self.high >= QUALIFYING_SPEEDUP:  # below 1.5x, but not shown to be (or no interval)
+            return (
+                f"undecided: {self.estimate:.2f}x, below {QUALIFYING_SPEEDUP}x, but with n={self.n} its interval does "
+                f"not exclude {QUALIFYING_SPEEDUP}x"
+            )
+        return "it does not qualify"
 
     def format(self) -> str:
         return self._format() + (", cyclic screen" if self.cyclic else "")
@@ -79,18 +84,22 @@ class TargetSpeedup:
         return f"{self.value:.2f}x [{low}, {high}] n={self.n}"
 
 
-def _ratio(base_cost: np.ndarray, base_acc: np.ndarray, cost: np.ndarray, acc: np.ndarray) -> tuple[float, float]:
-    """(safe low, safe high) of log(speedup) at the baseline's best accuracy of these mean curves."""
+def _ratio(
+    base_cost: np.ndarray, base_acc: np.ndarray, cost: np.ndarray, acc: np.ndarray
+) -> tuple[float, float, float]:
+    """(safe low, safe high) of log(speedup) at the baseline's best accuracy of these curves, and where the arm's
+    curve misses it, its margin (its shortest budget's accuracy over the target, or its best's under it)."""
     target = float(np.max(base_acc))
     needed, _ = cost_to_reach(base_cost, base_acc, target)
     assert needed is not None  # the baseline always reaches its own best
     spent, beyond = cost_to_reach(cost, acc, target)
     if spent is not None:
         value = math.log(needed / spent)
-        return value, value
+        return value, value, 0.0
     if beyond == "above":  # the arm needs more than its longest budget
-        return -math.inf, math.log(needed / float(np.max(cost)))
-    return math.log(needed / float(np.min(cost))), math.inf  # less than its shortest
+        return -math.inf, math.log(needed / float(np.max(cost))), float(np.max(acc)) - target
+    shortest = float(np.asarray(acc)[int(np.argmin(cost))])
+    return math.log(needed / float(np.min(cost))), math.inf, shortest - target  # less than its shortest
 
 
 def _on_seeds(curve: Curve, seeds: set[int]) -> Curve:
@@ -105,16 +114,17 @@ def _without_seed(curve: Curve, seed: int) -> Curve:
 
 def _log_speedups(
     arm: Curve, base: Curve, unit: str
-) -> tuple[float, tuple[float, float], list[tuple[float, float]]] | None:
+) -> tuple[float, tuple[float, float], list[tuple[float, float]], list[float]] | None:
     """(the baseline's best mean accuracy, the safe bounds of the mean curves' log speedup at it, each seed pair's
-    at its baseline seed's best), over the seeds both curves have; None where `paired_by_seed` pairs none."""
+    at its baseline seed's best, and each seed's margin), over the seeds both curves have; None where
+    `paired_by_seed` pairs none."""
     paired = paired_by_seed(arm, base, unit)
     if paired is None:
         return None
     a_acc, a_cost, b_acc, b_cost = paired
-    mean = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))
+    mean = _ratio(b_cost.mean(0), b_acc.mean(0), a_cost.mean(0), a_acc.mean(0))[:2]
     seeds = [_ratio(b_cost[i], b_acc[i], a_cost[i], a_acc[i]) for i in range(len(a_acc))]
-    return float(b_acc.mean(0).max()), mean, seeds
+    return float(b_acc.mean(0).max()), mean, [seed[:2] for seed in seeds], [seed[2] for seed in seeds]
 
 
 def speedup_at_baseline_best(
@@ -128,13 +138,13 @@ def speedup_at_baseline_best(
     speedups = _log_speedups(arm, base, unit)
     if speedups is None:
         return None
-    target, (low, high), bounds = speedups
+    target, (low, high), bounds, margins = speedups
     value = math.exp(low) if low == high else None
     at_least = math.exp(low) if value is None and math.isinf(high) else None
     bound = math.exp(high) if value is None and at_least is None else None
     if len(bounds) < 2:
         return TargetSpeedup(arm.arm, unit, 1, target, value, None, None, at_least, arm.cyclic, bound)
-    low_end, high_end, _, _ = paired_log_interval(bounds, confidence)
+    low_end, high_end, _, _ = paired_log_interval(bounds, confidence, margins)
     return TargetSpeedup(arm.arm, unit, len(bounds), target, value, low_end, high_end, at_least, arm.cyclic, bound)
 
 
@@ -153,7 +163,7 @@ def gain_over(
     with_arm, with_recipe = _log_speedups(arm, base, unit), _log_speedups(recipe, base, unit)
     if with_arm is None or with_recipe is None:
         return None
-    (target, (a_low, a_high), arm_bounds), (_, (r_low, r_high), recipe_bounds) = with_arm, with_recipe
+    (target, (a_low, a_high), arm_bounds, _), (_, (r_low, r_high), recipe_bounds, _) = with_arm, with_recipe
     if a_low != a_high or r_low != r_high:
         return None
     # log(arm's speedup) - log(recipe's) on each seed (both in seed order), each end at its safe side

@@ -208,15 +208,20 @@ def cost_to_reach(costs: Sequence[float], accuracies: Sequence[float], target: f
     return float(math.exp(math.log(cost[j - 1]) + share * (math.log(cost[j]) - math.log(cost[j - 1])))), ""
 
 
-def _log_speedup(base_cost: np.ndarray, base_acc: np.ndarray, accuracy: float, cost: float) -> tuple[float, float]:
-    """(safe low, safe high) of log(speedup): equal inside the baseline's range; a bound and an open side beyond."""
+def _log_speedup(
+    base_cost: np.ndarray, base_acc: np.ndarray, accuracy: float, cost: float
+) -> tuple[float, float, float]:
+    """(safe low, safe high) of log(speedup): equal inside the baseline's range; a bound and an open side beyond;
+    then the accuracy's margin beyond the range's end (above its best: positive; below its shortest budget's:
+    negative; inside: 0), which says whether a bound holds for the mean (`stats.paired_log_interval`)."""
     needed, beyond = cost_to_reach(base_cost, base_acc, accuracy)
     if needed is not None:
         value = math.log(needed / cost)
-        return value, value
+        return value, value, 0.0
     if beyond == "above":  # the baseline needs more than its longest budget
-        return math.log(float(np.max(base_cost)) / cost), math.inf
-    return -math.inf, math.log(float(np.min(base_cost)) / cost)  # less than its shortest
+        return math.log(float(np.max(base_cost)) / cost), math.inf, accuracy - float(np.max(base_acc))
+    shortest = float(np.asarray(base_acc)[int(np.argmin(base_cost))])
+    return -math.inf, math.log(float(np.min(base_cost)) / cost), accuracy - shortest  # less than its shortest
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,7 @@ class Speedup:
     q: float | None = None  # the two-sided p adjusted over the section's cells (Benjamini-Hochberg); None: alone
     left_out: str = ""  # why the point is not judged (at the section's floor), else ""
     seed_logs: tuple[tuple[float, float], ...] = ()  # each seed's safe (low, high) log speedup
+    seed_margins: tuple[float, ...] | None = None  # each seed's accuracy beyond the baseline's range (`_log_speedup`)
 
     @property
     def p(self) -> float | None:
@@ -332,11 +338,11 @@ def matched_speedups(
         if n < 2:
             speedups.append(Speedup(arm.arm, budget, unit, n, None, beyond))
             continue
-        bounds = [_log_speedup(b_cost[i], b_acc[i], float(a_acc[i, j]), float(a_cost[i, j])) for i in range(n)]
-        low, high, p_up, p_down = paired_log_interval(bounds, confidence)
-        speedups.append(
-            Speedup(arm.arm, budget, unit, n, value, beyond, low, high, p_up, p_down, seed_logs=tuple(bounds))
-        )
+        read = [_log_speedup(b_cost[i], b_acc[i], float(a_acc[i, j]), float(a_cost[i, j])) for i in range(n)]
+        logs, margins = tuple((low, high) for low, high, _ in read), tuple(margin for _, _, margin in read)
+        low, high, p_up, p_down = paired_log_interval(logs, confidence, margins)
+        ends = (low, high, p_up, p_down)
+        speedups.append(Speedup(arm.arm, budget, unit, n, value, beyond, *ends, seed_logs=logs, seed_margins=margins))
     return speedups
 
 
