@@ -276,13 +276,19 @@ def _wing(module: str) -> str:
 
 
 def test_the_reading_wing_reads_only_the_run_records() -> None:
-    """It imports the records, the core and its own modules: never the running wing, MLflow, a recipe loader
-    or a method package, so a report reads the same on every machine that has the records."""
+    """It imports the records, the core and its own modules: never the running wing, MLflow, a recipe loader,
+    a method package or the core's registry of installed methods (not even inside a function, nor by its name as
+    a string), so a report reads the same on every machine that has the records."""
     methods = {f"cadence_{p.name}" for p in METHODS}
     for path in (HARNESS_SRC / "cadence_harness" / "reading").rglob("*.py"):
+        assert "cadence.registry" not in path.read_text(encoding="utf-8"), (
+            f"{path.relative_to(ROOT)} mentions cadence.registry: read what a method declares from the records "
+            "(`cadence_harness.records.recorded_declaration`), not from the classes installed here"
+        )
         for name in _imports(path):
             root = name.split(".")[0]
             assert root not in methods | {"mlflow", "cadence_mlflow"}, f"{path.relative_to(ROOT)} imports {name}"
+            assert not name.startswith("cadence.registry"), f"{path.relative_to(ROOT)} imports {name}"
             if root == "cadence_harness":
                 allowed = name == "cadence_harness" or name.startswith(
                     ("cadence_harness.reading", "cadence_harness.records", "cadence_harness.stats")

@@ -14,6 +14,7 @@ is refused up front by the method itself: `tests/test_method_faults.py` covers t
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from cadence import Algorithm, Classifier, Engine, MethodConflictError, State, Trainer
-from cadence.engine import check_composition
+from cadence.engine import DeclaredMethod, check_composition, check_declarations
 from cadence.registry import registry
 from cadence.testing import image_dataset
 
@@ -206,3 +207,26 @@ def test_plan_is_deterministic_and_follows_declared_orders() -> None:
         assert orders == expected, f"{event}: methods must run by declared order, got {orders}"
     again = Engine(State(model=vision_model()), algorithms=_compatible_vision_methods())
     assert engine.describe() == again.describe()
+
+
+def _refusal(check: Callable[[list[Any]], None], methods: list[Any]) -> str | None:
+    try:
+        check(methods)
+    except MethodConflictError as error:
+        return str(error)
+    return None
+
+
+def test_installed_methods_logged_as_declarations_are_refused_as_the_methods_are() -> None:
+    """A run logs what its methods declare (`DeclaredMethod.to_dict`) and the recipe search checks those records
+    without the classes (`check_declarations`): every pair of installed methods, and each one twice, gets the same
+    verdict and the same message either way."""
+    factories = {name: f for name, f in {**VISION, **AGNOSTIC, **TEXT}.items() if name in registry().methods}
+    refused = 0
+    for first, second in itertools.combinations_with_replacement(sorted(factories), 2):
+        methods = [factories[first](), factories[second]()]
+        logged = [DeclaredMethod.from_dict(json.loads(json.dumps(DeclaredMethod.of(m).to_dict()))) for m in methods]
+        expected = _refusal(check_composition, methods)
+        assert _refusal(check_declarations, logged) == expected, (first, second)
+        refused += expected is not None
+    assert refused >= 3  # EMA with SWA, SAM twice, MixUp twice at least

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cadence.engine import DeclaredMethod
 from cadence.registry import registry
 from cadence_harness.running.recipe import (
     RECIPES_DIR,
@@ -179,6 +181,8 @@ def test_a_variant_is_a_method_at_other_hyperparameters_with_an_arm_of_its_own()
     assert type(algorithm).__name__ == "MixUp" and algorithm.alpha == 1.0
     params = params_of(variant, [algorithm])
     assert params["methods"] == "mixup@claimed" and params["method.mixup.alpha"] == 1.0  # the method's own keys
+    declared = DeclaredMethod.from_dict(json.loads(params["effects.mixup"]))  # what this instance declares
+    assert declared == DeclaredMethod.of(algorithm) and declared.name == "MixUp" and declared.effects.exclusive
     installed = parse_recipe({**values, "grid": {"arms": ["each"], "methods": "installed", "exclude": TEXT_ONLY}})
     assert "mixup@claimed" in installed.grid_methods  # a variant of an installed method joins "each"
     rejects(

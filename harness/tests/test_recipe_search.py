@@ -9,12 +9,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cadence_harness.reading.combination_search import greedy_search, registry_conflict, run_length_methods
+from cadence import Effects, Resource
+from cadence.engine import DeclaredMethod
+from cadence_harness.reading.combination_search import greedy_search, section_searches
 from cadence_harness.reading.cost_matched import cost_matched_budget
 from cadence_harness.reading.noise_floor import NoiseFloor
+from cadence_harness.reading.recorded_effects import RecordedEffects
 from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.target_speedup import TargetSpeedup, gain_over, speedup_at_baseline_best
 from cadence_harness.reading.tradeoff import Curve, matched_speedups
+from cadence_harness.records import RunRecord, effects_param
+from cadence_harness.testing import study_run
 
 COSTS = [1.0, 2.0, 4.0]
 
@@ -37,12 +42,23 @@ def _curve(
 BASE = [0.50, 0.60, 0.70]
 
 
-def _section(*curves: Curve) -> Section:
+def _section(*curves: Curve, records: list[RunRecord] | None = None) -> Section:
     base = _curve("baseline", BASE)
-    section = Section("study", "fam", "study", [], [], [base, *curves])
+    section = Section("study", "fam", "study", [], list(records or []), [base, *curves])
     for curve in curves:
         section.speedups[(curve.curve_hash, "flops")] = matched_speedups(curve, base, "flops")
     return section
+
+
+FOLLOWS_LENGTH = DeclaredMethod("ProgressiveResizing", Effects(reads={Resource.INPUTS, Resource.DURATION}))
+SAM = DeclaredMethod("SAM", Effects(exclusive={Resource.OPTIMIZER: "steps the optimizer twice"}))
+
+
+def _declared(arm: str, *declared: DeclaredMethod, end_time: int = 0) -> RunRecord:
+    """A run of `arm` whose params record what each of its methods (in arm order) declared, as a run logs it."""
+    params = dict(effects_param(name, method) for name, method in zip(arm.split("+"), declared, strict=True))
+    run = study_run(arm, "1ep", 0, accuracy=0.5, train_s=1.0, params=params)
+    return dataclasses.replace(run, end_time=end_time)
 
 
 def test_the_speedup_at_the_baseline_best_is_its_cost_over_the_arms_cost_to_reach_it() -> None:
@@ -192,22 +208,21 @@ def test_a_candidate_that_follows_the_runs_length_is_screened_by_its_sweep_not_a
     run never see its runs of those budgets: a recorded cyclic screen of it is set aside (this one would have
     led), the grid is asked for its sweep on seed 0, and that sweep is then read like any other screen."""
     singles = (_curve("blurpool", [0.60, 0.70, 0.75]), _curve("progressive_resizing", [0.55, 0.65, 0.75]))
+    run_length = RecordedEffects.of([_declared("progressive_resizing", FOLLOWS_LENGTH)]).run_length
     cyclic_base = _curve("baseline", [0.55, 0.65, 0.75], cyclic=True)
     misleading = _curve("blurpool+progressive_resizing", [0.75, 0.80, 0.85], seeds=(0,), cyclic=True)
-    search = greedy_search(_section(*singles, cyclic_base, misleading), "flops", run_length=run_length_methods)
+    search = greedy_search(_section(*singles, cyclic_base, misleading), "flops", run_length=run_length)
     assert search.to_run == ["blurpool+progressive_resizing"] and search.rounds[0].confirming is None
     assert search.set_aside == ["blurpool+progressive_resizing"]
     assert search.by_run_length == {"blurpool+progressive_resizing": ["progressive_resizing"]}
     assert search.curve == "sweep" and "--curve" not in search.command()
     assert "on seed 0 (screening), by the sweep (progressive_resizing follows the elapsed fraction" in search.markdown()
     screened = _curve("blurpool+progressive_resizing", [0.70, 0.75, 0.80], seeds=(0,))  # its sweep on seed 0
-    search = greedy_search(
-        _section(*singles, cyclic_base, misleading, screened), "flops", run_length=run_length_methods
-    )
+    search = greedy_search(_section(*singles, cyclic_base, misleading, screened), "flops", run_length=run_length)
     assert search.rounds[0].confirming == "blurpool+progressive_resizing" and search.confirming
     assert "Cyclic screens set aside: blurpool+progressive_resizing (progressive_resizing follows" in search.markdown()
     mixed = greedy_search(
-        _section(*singles, _curve("colout", [0.55, 0.65, 0.75]), cyclic_base), "flops", run_length=run_length_methods
+        _section(*singles, _curve("colout", [0.55, 0.65, 0.75]), cyclic_base), "flops", run_length=run_length
     )
     assert set(mixed.to_run) == {"blurpool+progressive_resizing", "blurpool+colout"} and mixed.curve == "cyclic"
     assert "one cyclic run each (blurpool+progressive_resizing: the sweep, progressive_resizing follows" in (
@@ -215,16 +230,49 @@ def test_a_candidate_that_follows_the_runs_length_is_screened_by_its_sweep_not_a
     )
 
 
-def test_the_installed_methods_say_which_follow_the_runs_length_and_which_cannot_run_together() -> None:
-    """Read from the installed classes by arm name, a variant (``name@label``) as its method."""
-    assert run_length_methods("blurpool+progressive_resizing@mild+layer_freezing") == [
+def test_the_records_say_which_methods_follow_the_runs_length_and_which_cannot_run_together() -> None:
+    """Read from what each method declared in its runs (the ``effects.<method>`` params), a variant
+    (``name@label``) by its own runs: its arguments may change what it declares. A method whose runs recorded
+    nothing follows nothing and conflicts with nothing, whatever is installed."""
+    ema = DeclaredMethod("EMA", Effects(reads={Resource.WEIGHTS}, writes={Resource.WEIGHTS}, conflicts={"SWA": "one"}))
+    late = dataclasses.replace(ema, effects=dataclasses.replace(ema.effects, reads={Resource.DURATION}))
+    swa = DeclaredMethod("SWA", Effects(reads={Resource.WEIGHTS, Resource.DURATION}, writes={Resource.WEIGHTS}))
+    records = [
+        _declared("blurpool+progressive_resizing@mild", DeclaredMethod("BlurPool", Effects()), FOLLOWS_LENGTH),
+        _declared("layer_freezing", DeclaredMethod("LayerFreezing", Effects(reads={Resource.DURATION}))),
+        _declared("ema", ema),
+        _declared("ema@late", late),
+        _declared("swa", swa),
+        _declared("sam", SAM),
+        _declared("sam@claimed", SAM),
+        study_run("colout", "1ep", 0, accuracy=0.5, train_s=1.0),  # logged before runs declared their effects
+    ]
+    recorded = RecordedEffects.of(records)
+    assert recorded.run_length("blurpool+progressive_resizing@mild+layer_freezing") == [
         "progressive_resizing",
         "layer_freezing",
     ]
-    assert run_length_methods("blurpool+colout+ema+not_installed") == []
-    assert "EMA and SWA cannot be used together" in (registry_conflict(("ema", "swa")) or "")
-    assert "only one method may own the optimizer" in (registry_conflict(("sam", "sam@claimed")) or "")
-    assert registry_conflict(("blurpool", "mixup@claimed")) is None
+    assert recorded.run_length("blurpool+colout+ema+not_recorded") == [] and recorded.run_length("baseline") == []
+    assert recorded.run_length("ema@late") == ["ema"]
+    assert recorded.conflict(("ema", "swa")) == "EMA and SWA cannot be used together. Fix: one"
+    assert "only one method may own the optimizer" in (recorded.conflict(("sam", "sam@claimed")) or "")
+    assert recorded.conflict(("blurpool", "colout", "not_recorded", "ema")) is None
+
+
+def test_a_methods_newest_run_says_what_it_declares() -> None:
+    old, new = DeclaredMethod("SWA", Effects()), DeclaredMethod("SWA", Effects(reads={Resource.DURATION}))
+    newest_follows = RecordedEffects.of([_declared("swa", new, end_time=2), _declared("swa", old, end_time=1)])
+    oldest_follows = RecordedEffects.of([_declared("swa", old, end_time=2), _declared("swa", new, end_time=1)])
+    assert newest_follows.run_length("swa") == ["swa"] and oldest_follows.run_length("swa") == []
+
+
+def test_the_searches_of_a_section_keep_apart_the_methods_its_records_say_cannot_run_together() -> None:
+    curves = (_curve("sam", [0.60, 0.70, 0.75]), _curve("sam@claimed", [0.55, 0.65, 0.75]))
+    apart = section_searches(_section(*curves, records=[_declared("sam", SAM), _declared("sam@claimed", SAM)]))
+    flops = apart[0]  # these curves have no times: the search in time finds no recipe
+    assert flops.unit == "flops" and flops.recipe == ("sam",) and flops.rounds[0].tried == [] and not flops.to_run
+    unknown = section_searches(_section(*curves))  # no declarations recorded: the combination is a candidate
+    assert unknown[0].to_run == ["sam+sam@claimed"]
 
 
 def test_methods_that_cannot_run_together_are_not_candidates() -> None:

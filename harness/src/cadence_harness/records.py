@@ -8,6 +8,12 @@ never changes once written and a diff shows only the runs that were added:
   ``study`` and ``role`` a study's report filters on);
 * ``params``: every setting as MLflow holds it; ``machine`` (CPU/GPU name, threads, Python, driver)
   and ``versions`` (torch, cadence, ..., git sha), split off for reading;
+* among the params, ``effects.<method>`` (the method's name without its variant label, as in ``method.<method>``):
+  what the run's own instance of the method declares to the composition check (`cadence.engine.DeclaredMethod`
+  as compact JSON; `effects_param`), so that the reading wing can tell which methods may run together and which
+  follow the run's length without importing them. A record tagged ``cadence.effects`` = ``backfilled`` was
+  written before runs logged them: its declarations were added to its line later (one rewrite, nothing else
+  changed), from the classes then installed built with their default arguments, not with the run's;
 * ``final``: the run's final metrics, with the costs: ``train_s``, ``cpu_s`` (process CPU time),
   ``flops`` (training FLOPs), ``wall_s``, ``eval_s``;
 * ``evals``: each evaluation's step, accuracy (and a language model's perplexity), and the costs spent up to it.
@@ -30,19 +36,24 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cadence.engine import DeclaredMethod
 from cadence.time import Time
 
 __all__ = [
+    "EFFECTS_PARAM",
     "EVAL_KEYS",
     "TAG",
     "RecordError",
     "RunRecord",
     "append_records",
     "arm_methods",
+    "arm_spellings",
     "budget_value",
     "default_records_dir",
+    "effects_param",
     "latest_per_config",
     "read_records",
+    "recorded_declaration",
     "records_file",
     "run_length_reason",
     "same_machine",
@@ -58,6 +69,7 @@ EVAL_KEYS = {  # the per-evaluation metrics a record keeps, by their short name
     "flops": "cost/flops",
     "cycle_end": "curve/cycle_end",
 }
+EFFECTS_PARAM = "effects."  # + a method's name without its variant label: what the run's instance declares
 MACHINE_PARAMS = ("device_name", "host_cpu", "cpu_threads", "python", "cuda_driver", "boot_id")
 _IMPORT_TAGS = (f"{TAG}record_run_id", f"{TAG}imported_from")  # where an imported copy came from: not the run's
 
@@ -245,10 +257,42 @@ def run_length_reason(methods: Sequence[str]) -> str:
     return f"{', '.join(methods)} {verb} the elapsed fraction of the run, which no cycle of a cyclic run restarts"
 
 
+def arm_spellings(arm: str) -> list[str]:
+    """The methods of an arm's name as it spells them: ``"mixup@claimed+cutout"`` -> ``["mixup@claimed", "cutout"]``
+    (a variant, ``method@label``, is the method at other hyperparameters; see the harness README)."""
+    return [] if arm == "baseline" else arm.split("+")
+
+
 def arm_methods(arm: str) -> list[str]:
     """The methods of an arm's name, each without its variant label: ``"mixup@claimed+cutout"`` -> ``["mixup",
-    "cutout"]`` (a variant, ``method@label``, is the method at other hyperparameters; see the harness README)."""
-    return [] if arm == "baseline" else [name.split("@", 1)[0] for name in arm.split("+")]
+    "cutout"]``."""
+    return [_method(name) for name in arm_spellings(arm)]
+
+
+def _method(name: str) -> str:
+    return name.split("@", 1)[0]
+
+
+def effects_param(name: str, declared: DeclaredMethod) -> tuple[str, str]:
+    """The param (key, value) that records what the run's method `name` (a variant as its method: MLflow keys
+    allow no ``@``) declares; compact JSON, so that one declaration is always one string."""
+    return EFFECTS_PARAM + _method(name), json.dumps(declared.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def recorded_declaration(record: RunRecord, name: str) -> DeclaredMethod | None:
+    """What the method `name` (as the record's arm spells it) declared in the run `record`, or None where the
+    record holds no declaration of it (`effects_param`)."""
+    key = EFFECTS_PARAM + _method(name)
+    text = record.params.get(key)
+    if text is None:
+        return None
+    try:
+        return DeclaredMethod.from_dict(json.loads(text))
+    except (ValueError, TypeError, AttributeError) as error:
+        raise RecordError(
+            f"{record.source or 'a run record'}: run {record.run_name or record.run_id}, param {key}: not a method "
+            f"declaration ({error}); it must be what `cadence-bench` logs there: fix or remove the param"
+        ) from None
 
 
 def budget_value(duration: str) -> float:

@@ -23,10 +23,14 @@ Where the study holds its baseline's cyclic curve (one run per seed whose learni
 budget, Portes et al. 2022), a candidate is screened by one cyclic run on seed 0: a whole curve for the cost of
 its longest budget alone. Read against the baseline's cyclic curve of the same seed, it only ranks candidates:
 the leader is confirmed by the sweep on every seed. A candidate with a sweep is read from its sweep. A candidate
-with a method whose behaviour follows the elapsed fraction of the run (progressive resizing, layer freezing, ...;
-`run_length_methods`) is screened by its sweep on seed 0 (the grid runs its sweep where a cyclic curve is asked
-for), and a cyclic run of it already recorded is set aside: its cycles did not see that method as runs of their
-length would.
+with a method whose behaviour follows the elapsed fraction of the run (progressive resizing, layer freezing, ...)
+is screened by its sweep on seed 0 (the grid runs its sweep where a cyclic curve is asked for), and a cyclic run
+of it already recorded is set aside: its cycles did not see that method as runs of their length would.
+
+Which methods follow the run's length, and which cannot run together (they are never candidates together), is
+read from what each method declared in its runs, as the records hold it (`RecordedEffects`), never from the
+classes installed where the report is read; a method whose runs recorded no declaration counts as following
+nothing and as compatible with every other.
 
 A round whose runs are missing stops the search there and names them, with the ``cadence-bench grid`` command
 that runs them. A curve whose grid stopped (or still runs) during its longer budgets is read on the seeds that
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 
 from cadence_harness.reading.cost_matched import cost_matched_budget, cost_matched_markdown
 from cadence_harness.reading.mild import mild_curve
+from cadence_harness.reading.recorded_effects import RecordedEffects
 from cadence_harness.reading.summaries import Section
 from cadence_harness.reading.target_speedup import (
     QUALIFYING_SPEEDUP,
@@ -51,7 +56,7 @@ from cadence_harness.reading.target_speedup import (
     speedup_at_baseline_best,
 )
 from cadence_harness.reading.tradeoff import COSTS, TIMED, Curve, other_machine
-from cadence_harness.records import arm_methods, run_length_reason
+from cadence_harness.records import run_length_reason
 
 __all__ = [
     "SEARCH_UNITS",
@@ -59,8 +64,6 @@ __all__ = [
     "Search",
     "greedy_search",
     "grid_command",
-    "registry_conflict",
-    "run_length_methods",
     "section_searches",
 ]
 
@@ -97,7 +100,7 @@ class Search:
     confirming: bool = False  # `to_run` is a leader to run on every seed, not candidates to screen
     screen: str = "sweep"  # how candidates are screened: "cyclic" where the baseline has a cyclic curve
     elsewhere: set[str] = field(default_factory=set)  # in a time: arms run on another machine than their baseline
-    # arm -> its methods that follow the run's length, so that no cyclic run screens it (`run_length_methods`)
+    # arm -> its methods that follow the run's length, so that no cyclic run screens it (`RecordedEffects`)
     by_run_length: dict[str, list[str]] = field(default_factory=dict)
     set_aside: list[str] = field(default_factory=list)  # recorded cyclic screens of such arms, not read
     baseline_left_out: str = ""  # the baseline's budgets not run on every seed yet, and on how many
@@ -227,22 +230,6 @@ def grid_command(study: str, combinations: Sequence[str], seeds: int, curve: str
     return f"cadence-bench grid {study} --arms baseline {combos} --seeds {seeds}{cyclic}"
 
 
-def registry_conflict(methods: tuple[str, ...]) -> str | None:
-    """Why the installed methods `methods` (with their default arguments; a variant ``name@label`` as its
-    method) cannot run together, or None."""
-    from cadence import MethodConflictError
-    from cadence.engine import check_composition
-    from cadence.registry import registry
-
-    try:
-        check_composition([registry().method(name).algorithm() for name in arm_methods("+".join(methods))])
-    except MethodConflictError as error:
-        return str(error)
-    except (KeyError, TypeError, ValueError):  # not installed here, or not constructible without arguments
-        return None
-    return None
-
-
 def _by_methods(curves: Sequence[Curve], cyclic: bool = False) -> dict[frozenset[str], Curve]:
     """Each arm's sweep (or `cyclic`) curve by its set of methods. An arm run under two spellings (``a+b``
     and ``b+a``: the same methods, listed in another order, which the grid runs as another
@@ -352,27 +339,13 @@ def greedy_search(
         _needs_longer(search, chosen, base, search.fresh)
 
 
-def run_length_methods(arm: str) -> list[str]:
-    """The methods of `arm` whose behaviour follows the elapsed fraction of the run: their installed class, with
-    its default arguments, reads `Resource.DURATION` (a method not installed here counts as not following it)."""
-    from cadence import Resource
-    from cadence.registry import registry
-
-    found = []
-    for name in arm_methods(arm):
-        try:
-            algorithm = registry().method(name).algorithm()
-        except (KeyError, TypeError, ValueError):  # not installed here, or not constructible without arguments
-            continue
-        if Resource.DURATION in algorithm.effects().reads:
-            found.append(name)
-    return found
-
-
 def section_searches(section: Section) -> list[Search]:
     """The search over `section` in each of `SEARCH_UNITS`, methods that cannot run together kept apart and
-    candidates that follow the run's length screened by their sweep."""
-    return [greedy_search(section, unit, registry_conflict, run_length_methods) for unit in SEARCH_UNITS]
+    candidates that follow the run's length screened by their sweep, both as the section's records declare
+    them (`RecordedEffects`; a method without a recorded declaration counts as compatible with every other and
+    as not following the run's length)."""
+    declared = RecordedEffects.of(section.records)
+    return [greedy_search(section, unit, declared.conflict, declared.run_length) for unit in SEARCH_UNITS]
 
 
 def search_markdown(section: Section) -> str:

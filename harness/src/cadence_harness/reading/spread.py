@@ -39,7 +39,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cadence_harness.records import MACHINE_PARAMS, RunRecord, budget_value, latest_per_config, same_machine
+from cadence_harness.records import (
+    EFFECTS_PARAM,
+    MACHINE_PARAMS,
+    RunRecord,
+    budget_value,
+    latest_per_config,
+    same_machine,
+)
 from cadence_harness.stats import Interval
 
 __all__ = ["GOAL", "Spread", "cv_interval", "format_spreads", "spreads"]
@@ -52,6 +59,7 @@ HEADER = (
 )
 HOST_BOUND_R = 0.8  # training time this correlated with the training thread's CPU time: the host sets the pace
 _NOT_SETTINGS = {"seed", "config_hash", "git_sha", *MACHINE_PARAMS}  # per run, machine or software: not settings
+_NOT_PREFIXES = ("versions.", EFFECTS_PARAM)
 START_GAP_S = 120.0  # GPU records without a boot_id: a longer pause between runs' ends is another machine start
 
 
@@ -223,7 +231,8 @@ def _named_apart(found: list[Spread]) -> list[Spread]:
     named = []
     for spreads_alike in alike.values():
         params = [s.slowest.params for s in spreads_alike]
-        keys = sorted(k for k in {k for p in params for k in p} - _NOT_SETTINGS if not k.startswith("versions."))
+        # a method's declaration (EFFECTS_PARAM) follows from its settings: not a setting of its own
+        keys = sorted(k for k in {k for p in params for k in p} - _NOT_SETTINGS if not k.startswith(_NOT_PREFIXES))
         differing = [k for k in keys if len({p.get(k) for p in params}) > 1]
         for spread, values in zip(spreads_alike, params, strict=True):
             settings = ", ".join(f"{k}={values.get(k, '-')}" for k in differing)

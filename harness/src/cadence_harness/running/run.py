@@ -1,7 +1,7 @@
 """One run, in this process: build data, model and methods from a `RunSpec`, train, log to MLflow.
 
 Every run logs, through the core's batched `MLFlowLogger`: params (model, data, each method
-with all its hyperparameters, seed, batch size, precision, device, versions, git sha), the
+with all its hyperparameters and its declared effects, seed, batch size, precision, device, versions, git sha), the
 per-step loss and per-evaluation metrics, ``time/*`` and ``final/*`` timings, process CPU time
 and training FLOPs (`cadence_harness.running.flops`), throughput and peak memory, and the resolved
 configuration as an artifact. A cyclic run (``schedule.cycles``) also evaluates at every cycle's
@@ -23,7 +23,9 @@ import torch
 
 import cadence
 from cadence import Algorithm, distributed
+from cadence.engine import DeclaredMethod
 from cadence.termination import RunTerminated
+from cadence_harness.records import effects_param
 from cadence_harness.running import data as datasets
 from cadence_harness.running import loaders, resident, text_loaders
 from cadence_harness.running.budgets import CycleEnds, build_schedulers, cycles_of
@@ -64,7 +66,7 @@ class RunResult:
 
 def params_of(spec: RunSpec, algorithms: list[Algorithm]) -> dict[str, Any]:
     """Flat params: every setting of the recipe and every method (the run's own instances, in arm order)
-    with its hyperparameters, as stable strings."""
+    with its hyperparameters and what it declares to the composition check (`effects_param`), as stable strings."""
     params: dict[str, Any] = {}
     for key, value in spec.group_config().items():
         if key == "methods":
@@ -79,6 +81,8 @@ def params_of(spec: RunSpec, algorithms: list[Algorithm]) -> dict[str, Any]:
         name = base_method(name)  # a variant's settings under its method's name: what a claim's settings match
         params[f"method.{name}"] = repr(algorithm)
         params.update({f"method.{name}.{k}": v for k, v in kwargs.items()})
+        key, declared = effects_param(name, DeclaredMethod.of(algorithm))  # read by the reading wing's recipe search
+        params[key] = declared
     params["recipe"] = spec.recipe.name
     params["config_hash"] = spec.config_hash
     return {k: ("None" if v is None else v) for k, v in params.items()}

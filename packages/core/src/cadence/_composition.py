@@ -1,19 +1,21 @@
 """Which methods may run together: checked from their declared effects before anything trains.
 
-`cadence.engine` re-exports `check_composition` and `MethodConflictError`; the Engine runs the check
-whenever it plans.
+`cadence.engine` re-exports `check_composition`, `check_declarations`, `DeclaredMethod` and `MethodConflictError`;
+the Engine runs the check whenever it plans. `DeclaredMethod` is a method as the check sees it, as plain data, so
+that the check can also be applied where the methods' classes are not installed (to a run's logged declarations).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-from cadence.algorithm import Algorithm, DuckTypedAlgorithm, as_algorithm, has_algorithm_hooks
+from cadence.algorithm import Algorithm, DuckTypedAlgorithm, Effects, Resource, as_algorithm, has_algorithm_hooks
 
-__all__ = ["MethodConflictError", "check_composition"]
+__all__ = ["DeclaredMethod", "MethodConflictError", "check_composition", "check_declarations"]
 
 _log = logging.getLogger("cadence.engine")
 
@@ -25,11 +27,65 @@ class MethodConflictError(ValueError):
 MethodConflictError.__module__ = "cadence.engine"  # where users import it from
 
 
+@dataclass(frozen=True)
+class DeclaredMethod:
+    """All that the composition check reads of a method: its name, its effects and whether its class may be
+    listed twice. A run can log it (`to_dict`) so that its methods can be checked later without their code."""
+
+    name: str
+    effects: Effects
+    allow_duplicates: bool = False
+
+    @classmethod
+    def of(cls, algorithm: Algorithm) -> DeclaredMethod:
+        """What `algorithm` (an instance: its effects may follow its arguments) declares."""
+        if not isinstance(algorithm, Algorithm) or isinstance(algorithm, DuckTypedAlgorithm):
+            raise TypeError(
+                f"{type(algorithm).__name__} does not subclass cadence.Algorithm, so it declares no effects to "
+                "check; the composition check leaves such a method out"
+            )
+        return cls(algorithm.name, algorithm.effects(), bool(type(algorithm).allow_duplicates))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, resources by their values; the ``exclusive`` phrases and ``conflicts`` fixes are kept, so a
+        check of the data reads as the check of the methods."""
+        effects = self.effects
+        return {
+            "name": self.name,
+            "allow_duplicates": self.allow_duplicates,
+            "reads": sorted(resource.value for resource in effects.reads),
+            "writes": sorted(resource.value for resource in effects.writes),
+            "exclusive": {resource.value: what for resource, what in sorted(effects.exclusive.items())},
+            "conflicts": dict(sorted(effects.conflicts.items())),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeclaredMethod:
+        """The inverse of `to_dict`; a resource this version of cadence does not know is refused, by name."""
+        known = [resource.value for resource in Resource]
+        named = [*data.get("reads", ()), *data.get("writes", ()), *data.get("exclusive", {})]
+        unknown = sorted({value for value in named if value not in known})
+        if unknown or "name" not in data:
+            what = f"unknown resources {unknown} (known: {known})" if unknown else "no 'name'"
+            raise ValueError(
+                f"not a method declaration as DeclaredMethod.to_dict writes it: {what}; it may come from another "
+                "version of cadence"
+            )
+        effects = Effects(
+            reads=frozenset(Resource(value) for value in data.get("reads", ())),
+            writes=frozenset(Resource(value) for value in data.get("writes", ())),
+            exclusive={Resource(value): str(what) for value, what in data.get("exclusive", {}).items()},
+            conflicts={str(name): str(fix) for name, fix in data.get("conflicts", {}).items()},
+        )
+        return cls(str(data["name"]), effects, bool(data.get("allow_duplicates", False)))
+
+
 def check_composition(algorithms: Sequence[Any]) -> None:
     """Reject a list of methods that cannot run together, before anything trains.
 
     Each item is an `Algorithm` or, as in Composer, an object with callable ``match`` and ``apply``; the
-    latter declare no effects, so they take part in no conflict check (a log note says so).
+    latter declare no effects, so they take part in no conflict check (a log note says so). Two instances of
+    one class count as duplicates (`check_declarations` applies the same rules to declarations).
     """
     for index, algorithm in enumerate(algorithms):
         if isinstance(algorithm, type):
@@ -52,9 +108,7 @@ def check_composition(algorithms: Sequence[Any]) -> None:
             )
         seen[id(algorithm)] = index
     declared = [(index, view) for index, view in enumerate(views) if not isinstance(view, DuckTypedAlgorithm)]
-    for (_, first), (_, second) in combinations(declared, 2):
-        _check_pair(first, second)
-    _check_duplicate_classes(declared)
+    _check_rules([(index, type(view), DeclaredMethod.of(view)) for index, view in declared])
     for index, view in enumerate(views):
         if isinstance(view, DuckTypedAlgorithm):
             _log.info(
@@ -65,27 +119,38 @@ def check_composition(algorithms: Sequence[Any]) -> None:
             )
 
 
-def _check_duplicate_classes(algorithms: Sequence[tuple[int, Algorithm]]) -> None:
-    """Two instances of one class that writes something would apply it twice (MixUp twice mixes twice).
-    `algorithms`: (position in the user's list, method)."""
-    first_seen: dict[type, int] = {}
-    for index, algorithm in algorithms:
-        kind = type(algorithm)
-        if kind not in first_seen:
-            first_seen[kind] = index
+def check_declarations(methods: Sequence[DeclaredMethod]) -> None:
+    """Reject declared methods that cannot run together, by the rules of `check_composition` and with its messages.
+    Without the classes, two declarations of one name count as duplicates."""
+    _check_rules([(index, method.name, method) for index, method in enumerate(methods)])
+
+
+def _check_rules(methods: Sequence[tuple[int, Hashable, DeclaredMethod]]) -> None:
+    """Every pair, then the duplicates. `methods`: (position in the user's list, duplicate key, declaration)."""
+    for (_, _, first), (_, _, second) in combinations(methods, 2):
+        _check_pair(first, second)
+    _check_duplicates(methods)
+
+
+def _check_duplicates(methods: Sequence[tuple[int, Hashable, DeclaredMethod]]) -> None:
+    """Two instances of one class that writes something would apply it twice (MixUp twice mixes twice)."""
+    first_seen: dict[Hashable, int] = {}
+    for index, key, method in methods:
+        if key not in first_seen:
+            first_seen[key] = index
             continue
-        writes = algorithm.effects().writes
-        if writes and not kind.allow_duplicates:
+        writes = method.effects.writes
+        if writes and not method.allow_duplicates:
             touched = ", ".join(sorted(resource.value for resource in writes))
             raise MethodConflictError(
-                f"{algorithm.name} is listed twice (positions {first_seen[kind]} and {index}): it changes the "
+                f"{method.name} is listed twice (positions {first_seen[key]} and {index}): it changes the "
                 f"{touched}, so every batch would get it twice. List it once (with the hyperparameters you want); "
                 f"a class meant to run several times sets allow_duplicates = True"
             )
 
 
-def _check_pair(first: Algorithm, second: Algorithm) -> None:
-    effects_a, effects_b = first.effects(), second.effects()
+def _check_pair(first: DeclaredMethod, second: DeclaredMethod) -> None:
+    effects_a, effects_b = first.effects, second.effects
     for a, b, effects in ((first, second, effects_a), (second, first, effects_b)):
         fix = effects.conflicts.get(b.name)
         if fix is not None:

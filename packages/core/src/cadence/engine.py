@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from cadence._composition import MethodConflictError, check_composition
+from cadence._composition import DeclaredMethod, MethodConflictError, check_composition, check_declarations
 from cadence._traces import NO_TRACES, LazyTraces, Trace, Traces
 from cadence.algorithm import Algorithm, DuckTypedAlgorithm, as_algorithm
 from cadence.callback import Callback
@@ -24,7 +24,16 @@ from cadence.loggers.destination import LoggerDestination
 from cadence.loggers.logger import Logger
 from cadence.state import State
 
-__all__ = ["Engine", "MethodConflictError", "MethodError", "Trace", "Traces", "check_composition"]
+__all__ = [
+    "DeclaredMethod",
+    "Engine",
+    "MethodConflictError",
+    "MethodError",
+    "Trace",
+    "Traces",
+    "check_composition",
+    "check_declarations",
+]
 
 _log = logging.getLogger(__name__)
 
