@@ -48,6 +48,7 @@ __all__ = [
     "append_records",
     "arm_methods",
     "arm_spellings",
+    "base_method",
     "budget_value",
     "default_records_dir",
     "effects_param",
@@ -266,23 +267,24 @@ def arm_spellings(arm: str) -> list[str]:
 def arm_methods(arm: str) -> list[str]:
     """The methods of an arm's name, each without its variant label: ``"mixup@claimed+cutout"`` -> ``["mixup",
     "cutout"]``."""
-    return [_method(name) for name in arm_spellings(arm)]
+    return [base_method(name) for name in arm_spellings(arm)]
 
 
-def _method(name: str) -> str:
-    return name.split("@", 1)[0]
+def base_method(name: str) -> str:
+    """The method of a (possibly variant) name: ``"mixup@claimed"`` -> ``"mixup"``."""
+    return name.partition("@")[0]
 
 
 def effects_param(name: str, declared: DeclaredMethod) -> tuple[str, str]:
     """The param (key, value) that records what the run's method `name` (a variant as its method: MLflow keys
     allow no ``@``) declares; compact JSON, so that one declaration is always one string."""
-    return EFFECTS_PARAM + _method(name), json.dumps(declared.to_dict(), sort_keys=True, separators=(",", ":"))
+    return EFFECTS_PARAM + base_method(name), json.dumps(declared.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
 def recorded_declaration(record: RunRecord, name: str) -> DeclaredMethod | None:
     """What the method `name` (as the record's arm spells it) declared in the run `record`, or None where the
     record holds no declaration of it (`effects_param`)."""
-    key = EFFECTS_PARAM + _method(name)
+    key = EFFECTS_PARAM + base_method(name)
     text = record.params.get(key)
     if text is None:
         return None

@@ -265,8 +265,8 @@ def _evidence(claim: Claim, section: Section, method: str, study: Mapping[str, A
     tests = []
     for s in speedups:
         lows, highs = [b[0] for b in s.seed_logs], [b[1] for b in s.seed_logs]
-        size = float(np.log(claim.size))
-        p_short = t_p_values(lows, highs, null=size, margins=s.seed_margins)[1] if claim.size > 1 else None
+        log_size = float(np.log(claim.size))
+        p_short = t_p_values(lows, highs, null=log_size, margins=s.seed_margins)[1] if claim.size > 1 else None
         p_up, p_down = (1.0 if p is None else p for p in (s.p_up, s.p_down))
         tests.append(_Test(f"{s.budget}", p_up, p_down, p_short))
     return _Evidence(tests, text=text)

@@ -184,13 +184,16 @@ TIMES = frozenset({*(f"final/{unit}" for unit in TIMED), "final/wall_s", "final/
 def paired_values(arm: Sequence[RunRecord], base: Sequence[RunRecord], key: str) -> tuple[list[float], list[float]]:
     """Values of `key` for the seeds both groups have (and both logged); for a time, only the seeds whose two
     runs ran on one machine (`same_machine`)."""
-    by_seed = {r.seed: r for r in base}
-    pairs = [(r, by_seed.get(r.seed)) for r in arm]
-    if key in TIMES:
-        pairs = [(r, b) for r, b in pairs if b is not None and same_machine((r, b)) is not None]
-    values = [(r.metrics.get(key), b.metrics.get(key)) for r, b in pairs if b is not None]
+    values = [(r.metrics.get(key), b.metrics.get(key)) for r, b in _paired_runs(arm, base, timed=key in TIMES)]
     kept = [(a, b) for a, b in values if a is not None and b is not None]
     return [a for a, _ in kept], [b for _, b in kept]
+
+
+def _paired_runs(arm: Sequence[RunRecord], base: Sequence[RunRecord], timed: bool) -> list[tuple[RunRecord, RunRecord]]:
+    """(arm run, baseline run) of each seed both groups ran; `timed`: only the pairs that ran on one machine."""
+    by_seed = {r.seed: r for r in base}
+    pairs = [(r, by_seed[r.seed]) for r in arm if r.seed in by_seed]
+    return [(r, b) for r, b in pairs if same_machine((r, b)) is not None] if timed else pairs
 
 
 def _compare(summary: ArmSummary, arm: list[RunRecord], base: list[RunRecord]) -> None:
@@ -214,9 +217,8 @@ def speedup_to_target(arm: Sequence[RunRecord], base: Sequence[RunRecord]) -> In
     counts (those that reached it alone would favour whichever side reached it less often), the interval rests on
     the bounds (`paired_log_interval`), and the point estimate, the geometric mean, is NaN unless every ratio is
     known."""
-    by_seed = {r.seed: r for r in base}
-    pairs = [(r, by_seed[r.seed]) for r in arm if r.seed in by_seed and same_machine((r, by_seed[r.seed])) is not None]
-    pairs = [(r, b) for r, b in pairs if r.metrics.get("final/train_s") and b.metrics.get("final/train_s")]
+    pairs = [(r, b) for r, b in _paired_runs(arm, base, timed=True) if r.metrics.get("final/train_s")]
+    pairs = [(r, b) for r, b in pairs if b.metrics.get("final/train_s")]
     reach = [(r.metrics.get("final/time_to_target_s"), b.metrics.get("final/time_to_target_s")) for r, b in pairs]
     if all(a is None and b is None for a, b in reach):
         return None

@@ -15,6 +15,7 @@ from typing import Any
 
 from cadence import Algorithm
 from cadence.registry import MethodInfo, canonical_name, registry
+from cadence_harness.records import base_method
 from cadence_harness.running.recipe_checks import RecipeError, check_kwargs, fail
 
 __all__ = ["base_method", "build_algorithm", "excluded_methods", "method_names", "method_table", "spelling"]
@@ -25,11 +26,6 @@ _LABEL = re.compile(r"[A-Za-z0-9_=-]+")
 def _split(name: str) -> tuple[str, str]:
     base, _, label = name.partition("@")
     return base, label
-
-
-def base_method(name: str) -> str:
-    """The method of a (possibly variant) name: ``"mixup@claimed"`` -> ``"mixup"``."""
-    return _split(name)[0]
 
 
 def _method_info(name: Any) -> MethodInfo:
