@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from cadence_harness.cli import main
+from cadence_harness.reading.study import study_runs
 from cadence_harness.records import read_records, records_file
 from cadence_harness.running.bridge import export_runs
 from cadence_harness.running.grid import GridResult
 from cadence_harness.running.membership import tag_records
 from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import Recipe, load_recipe
-from cadence_harness.search_grid import run_search
+from cadence_harness.search_grid import elsewhere, pending_runs, run_search, runs_here, searches
 
 # (accuracy, cost) per budget: `sharp` reaches the baseline's best (0.75) at about 1.6ep; `flat` is the
 # baseline again (eligible: worse nowhere); together they are above 0.75 from the shortest budget on.
@@ -33,6 +34,7 @@ KNOWN = {
 
 
 PAIR = ["label_smoothing+channels_last"]  # the combination the searches screen and confirm
+HERE = "test cpu"  # the machine `log_run` records (conftest.RUN_PARAMS)
 
 
 class RecordingGrid:
@@ -41,8 +43,8 @@ class RecordingGrid:
     here each run gets its arm's known numbers (seed 1 +0.01, seed 2 -0.01), a
     cyclic run those of each budget at its cycle's end."""
 
-    def __init__(self, uri: str, run_logger: Any, writes: bool = True):
-        self.uri, self.run_logger, self.writes = uri, run_logger, writes
+    def __init__(self, uri: str, run_logger: Any, writes: bool = True, machine: str = HERE):
+        self.uri, self.run_logger, self.writes, self.machine = uri, run_logger, writes, machine
         self.calls: list[tuple[int, str, list[str]]] = []
 
     def __call__(self, recipe: Recipe, *, records_dir: Path, **options: Any) -> GridResult:
@@ -54,7 +56,8 @@ class RecordingGrid:
         for spec in specs if self.writes else []:
             points = [KNOWN[spec.arm_name][budget] for budget in spec.cycles or (spec.recipe.duration,)]
             points = [(acc + (0, 0.01, -0.01)[spec.seed], cost * (1 + 0.05 * spec.seed)) for acc, cost in points]
-            self.run_logger(self.uri, spec, *points[-1], cycles=points if spec.cycles else ())
+            params = {"device_name": self.machine}
+            self.run_logger(self.uri, spec, *points[-1], cycles=points if spec.cycles else (), params=params)
         export_runs(self.uri, recipe.name, path)
         if path.is_file():
             tag_records(path, recipe.source)  # a grid's records say their study and role
@@ -89,14 +92,16 @@ def test_the_search_screens_confirms_and_ends_with_its_recipe(
 ) -> None:
     path, records = study
     grid = RecordingGrid(tracking_uri, run_logger)
-    assert run_search(path, records_dir=records, run_grid=grid) == 0
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=grid) == 0
     # screened on seed 0, then confirmed on all 3; the FLOPs and the time searches ask for the same arm once
     assert grid.calls == [(1, "sweep", PAIR), (3, "sweep", PAIR)]
     out = capsys.readouterr().out
     assert "the search waits for: cadence-bench grid" in out and "--combination label_smoothing+channels_last" in out
     assert "Best recipe so far: **label_smoothing+channels_last**" in out and "it qualifies" in out
     again = RecordingGrid(tracking_uri, run_logger)
-    assert run_search(path, records_dir=records, run_grid=again) == 0 and again.calls == []  # nothing left to run
+    assert (
+        run_search(path, records_dir=records, machine=HERE, run_grid=again) == 0 and again.calls == []
+    )  # nothing left to run
 
 
 def test_the_studys_own_grid_is_completed_before_the_search_reads_its_curves(
@@ -109,10 +114,15 @@ def test_the_studys_own_grid_is_completed_before_the_search_reads_its_curves(
     kept = [line for line in lines if '"run_name":"baseline-4ep-s2"' not in line]
     assert len(kept) == len(lines) - 1
     file.write_text("\n".join(kept) + "\n")
-    assert run_search(path, records_dir=records, run_grid=RecordingGrid(tracking_uri, run_logger), dry_run=True) == 0
+    assert (
+        run_search(
+            path, records_dir=records, machine=HERE, run_grid=RecordingGrid(tracking_uri, run_logger), dry_run=True
+        )
+        == 0
+    )
     assert f"the study's own grid lacks 1 runs, which come first: cadence-bench grid {path}" in capsys.readouterr().out
     grid = RecordingGrid(tracking_uri, run_logger)
-    assert run_search(path, records_dir=records, run_grid=grid) == 0
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=grid) == 0
     assert grid.calls[0] == (3, "sweep", ["channels_last", "label_smoothing"])  # the study's grid: every arm and seed
     assert grid.calls[1:] == [(1, "sweep", PAIR), (3, "sweep", PAIR)]
 
@@ -124,7 +134,7 @@ def test_with_the_baselines_cyclic_curve_a_round_is_screened_by_cyclic_runs_and_
     cyclic_baseline = load_recipe(path, {"curve": "cyclic"}, grid={"arms": ["baseline"], "combinations": []})
     RecordingGrid(tracking_uri, run_logger)(cyclic_baseline, records_dir=records)  # the study's cyclic check
     grid = RecordingGrid(tracking_uri, run_logger)
-    assert run_search(path, records_dir=records, run_grid=grid) == 0
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=grid) == 0
     assert grid.calls == [(1, "cyclic", PAIR), (3, "sweep", PAIR)]
     out = capsys.readouterr().out
     assert "--combination label_smoothing+channels_last --seeds 1 --curve cyclic" in out
@@ -144,7 +154,7 @@ def test_a_dry_run_names_the_next_runs_and_runs_nothing(
 ) -> None:
     path, records = study
     grid = RecordingGrid(tracking_uri, run_logger)
-    assert run_search(path, records_dir=records, run_grid=grid, dry_run=True) == 0 and grid.calls == []
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=grid, dry_run=True) == 0 and grid.calls == []
     waits = f"cadence-bench grid {path} --arms baseline --combination label_smoothing+channels_last --seeds 1"
     assert waits in capsys.readouterr().out
 
@@ -154,7 +164,7 @@ def test_runs_that_never_reach_the_records_stop_the_search_instead_of_looping(
 ) -> None:
     path, records = study
     grid = RecordingGrid(tracking_uri, run_logger, writes=False)
-    assert run_search(path, records_dir=records, run_grid=grid) == 1 and len(grid.calls) == 1
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=grid) == 1 and len(grid.calls) == 1
     assert "these runs were made, yet the search asks for them again" in capsys.readouterr().out
 
 
@@ -166,3 +176,42 @@ def test_the_command_line_search_keeps_the_studys_own_settings(
     assert "drop --combination, --seeds" in capsys.readouterr().err
     assert main(["grid", path, "--search", "--dry-run", "--records", str(records)]) == 0
     assert "--combination label_smoothing+channels_last --seeds 1" in capsys.readouterr().out
+
+
+def test_on_another_machine_the_time_search_is_read_but_only_the_flops_search_runs(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A time measured on another machine is never compared with the baseline's: running the time search's
+    candidates there would spend the runs for nothing, and a screen it cannot compare decides no round."""
+    path, records = study
+    grid = RecordingGrid(tracking_uri, run_logger, machine="other cpu")
+    assert run_search(path, records_dir=records, machine="other cpu", run_grid=grid) == 0
+    assert grid.calls == [(1, "sweep", PAIR), (3, "sweep", PAIR)]  # the FLOPs search screens and confirms
+    out = capsys.readouterr().out
+    flops, timed = out.split("The recipe (training time)")
+    assert "Best recipe so far: **label_smoothing+channels_last**" in flops
+    assert "Round 1, from label_smoothing: label_smoothing+channels_last: not compared" in timed
+    assert "undecided: label_smoothing+channels_last cannot be compared, it ran on another machine" in timed
+    assert "no candidate improves on it" not in timed  # a candidate not compared is not a candidate that lost
+
+
+def test_a_time_search_waits_for_its_runs_on_its_baselines_machine_only(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = study
+    _, runs, _ = study_runs(path, records)
+    found = searches(runs)
+    timed = next(search for search in found if search.unit == "train_s")
+    assert timed.to_run == PAIR and timed.machine == HERE
+    assert runs_here(timed, HERE) and not runs_here(timed, "other cpu")
+    flops_only = pending_runs(found, "other cpu")
+    assert flops_only == pending_runs(found, HERE) == [(1, "sweep", tuple(PAIR))]  # FLOPs asks for it anywhere
+    assert pending_runs([timed], "other cpu") == [] and pending_runs([timed], HERE) == [(1, "sweep", tuple(PAIR))]
+    assert elsewhere(found, HERE) == []
+    (said,) = elsewhere(found, "other cpu")
+    assert said.startswith("the training time search waits for label_smoothing+channels_last on test cpu;")
+    assert "this machine is other cpu" in said
+    assert "on test cpu (the baseline's machine: times compare only within one)" in timed.markdown()
+    grid = RecordingGrid(tracking_uri, run_logger, machine="other cpu")
+    assert run_search(path, records_dir=records, machine="other cpu", run_grid=grid, dry_run=True) == 0
+    assert said in capsys.readouterr().out

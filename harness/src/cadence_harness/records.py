@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cadence.engine import DeclaredMethod
 from cadence.time import Time
@@ -53,6 +54,7 @@ __all__ = [
     "default_records_dir",
     "effects_param",
     "latest_per_config",
+    "machine_name",
     "read_records",
     "recorded_declaration",
     "records_file",
@@ -247,8 +249,14 @@ def same_machine(runs: Iterable[RunRecord]) -> str | None:
     Times are compared only within one machine: the same computation's time differs across machines by more
     than most methods' effects (a bf16 ResNet-20 run took 0.54x the time on one "AMD EPYC" as on another, and
     a host-bound GPU run depends on its host). FLOPs and accuracy compare across machines; times do not."""
-    names = {" on ".join(filter(None, (run.params.get("device_name", ""), run.params.get("host_cpu")))) for run in runs}
+    names = {machine_name(run.params) for run in runs}
     return names.pop() if len(names) == 1 else None
+
+
+def machine_name(params: Mapping[str, Any]) -> str:
+    """A run's machine from its params, as `same_machine` compares them: its ``device_name``, and on a GPU
+    ``on`` its ``host_cpu`` (``"NVIDIA H200 on AMD EPYC"``)."""
+    return " on ".join(filter(None, (str(params.get("device_name", "")), str(params.get("host_cpu", "")))))
 
 
 def run_length_reason(methods: Sequence[str]) -> str:

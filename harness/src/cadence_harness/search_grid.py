@@ -7,7 +7,9 @@ study's records (as ``report --study`` does), runs the search in FLOPs and in tr
 the combinations either one waits for with the grid (on seed 0 to screen a round, by one cyclic run
 each where the study has its baseline's cyclic curve; by the sweep on all the baseline's seeds to
 confirm a leader), whose runs are appended to the same records, and reads again,
-until neither search waits for anything. Interrupted, it continues where it stopped: the grid skips
+until neither search waits for anything it can run here. A time search runs only on its baseline's machine
+(times of different machines are never compared): elsewhere it is read, and the search says where its runs
+must run. Interrupted, it continues where it stopped: the grid skips
 the runs the records hold. A round that asks again for runs it has just made stops the loop (with
 exit code 1) instead of running forever.
 """
@@ -21,10 +23,11 @@ from typing import Any
 from cadence_harness.reading.combination_search import Search, grid_command, section_searches
 from cadence_harness.reading.study import study_runs
 from cadence_harness.reading.summaries import sections_of
-from cadence_harness.records import RunRecord
+from cadence_harness.reading.tradeoff import COSTS
+from cadence_harness.records import RunRecord, machine_name
 from cadence_harness.running.recipe import Recipe, load_recipe
 
-__all__ = ["missing_runs", "pending_runs", "run_search", "searches"]
+__all__ = ["elsewhere", "missing_runs", "pending_runs", "run_search", "runs_here", "searches"]
 
 
 def searches(runs: list[RunRecord]) -> list[Search]:
@@ -40,17 +43,39 @@ def missing_runs(study: str, runs: list[RunRecord]) -> int:
     return sum(spec.config_hash not in done for spec in expand(load_recipe(study)))
 
 
-def pending_runs(found: list[Search]) -> list[tuple[int, str, tuple[str, ...]]]:
+def pending_runs(found: list[Search], machine: str | None = None) -> list[tuple[int, str, tuple[str, ...]]]:
     """(seeds, curve, combinations) the searches wait for, fewest seeds first: screening (1 seed) before
     confirmation (every seed, by the sweep). A combination that both units ask for runs once, in the
     first spelling asked (``a+b`` and ``b+a`` are one arm to the search, which reads an arm as a set of
-    methods)."""
+    methods). Given `machine` (`records.machine_name`), a time search waits only for runs on it: one whose
+    baseline ran elsewhere is left to `elsewhere`."""
     wanted: dict[tuple[int, str], dict[frozenset[str], str]] = {}
     for search in found:
+        if machine is not None and not runs_here(search, machine):
+            continue
         arms = wanted.setdefault((search.seeds if search.confirming else 1, search.curve), {})
         for arm in search.to_run:
             arms.setdefault(frozenset(arm.split("+")), arm)
     return [(seeds, curve, tuple(arms.values())) for (seeds, curve), arms in sorted(wanted.items()) if arms]
+
+
+def runs_here(search: Search, machine: str) -> bool:
+    """Whether `search`'s runs can run on `machine`: anywhere for FLOPs, only on the baseline's machine for a time
+    (a time measured elsewhere is never compared with the baseline's; `reading.tradeoff.other_machine`)."""
+    return search.machine == "" or search.machine == machine
+
+
+def elsewhere(found: list[Search], machine: str) -> list[str]:
+    """What the searches that cannot run on `machine` wait for, and where it must run, in words."""
+    lines = []
+    for search in found:
+        if search.to_run and not runs_here(search, machine):
+            where = f"on {search.machine}" if search.machine else "nowhere: its baseline ran on several machines"
+            lines.append(
+                f"the {COSTS[search.unit]} search waits for {', '.join(search.to_run)} {where}; "
+                f"this machine is {machine}, so they do not run here (times compare only within one machine)"
+            )
+    return lines
 
 
 def run_search(
@@ -60,10 +85,16 @@ def run_search(
     run_grid: Callable[..., Any],
     dry_run: bool = False,
     max_rounds: int = 50,
+    machine: str | None = None,
     **grid_options: Any,
 ) -> int:
     """Alternate reading the search and running what it waits for (`run_grid` with `grid_options`);
-    prints each step and, at the end, each search's outcome. Returns a process exit code."""
+    prints each step and, at the end, each search's outcome. Returns a process exit code.
+
+    `machine` is where the runs run (`records.machine_name`; None: this one, as the study's runs would record
+    it): a time search whose baseline ran on another machine is read but not run here."""
+    if machine is None:
+        machine = _this_machine(load_recipe(study))
     asked: set[tuple[int, str, tuple[str, ...]]] = set()
 
     def run_once(key: tuple[int, str, tuple[str, ...]], recipe: Recipe, again: str) -> bool:
@@ -89,9 +120,10 @@ def run_search(
                 return 1
             continue
         found = searches(runs)
-        batches = pending_runs(found)
+        batches = pending_runs(found, machine)
         if not batches:
             print("\n\n".join(search.markdown() for search in found) or f"{study}: no tradeoff curves to search")
+            _say(elsewhere(found, machine))
             return 0
         for seeds, curve, combinations in batches:
             print(f"the search waits for: {grid_command(study, combinations, seeds, curve)}", flush=True)
@@ -103,6 +135,21 @@ def run_search(
             if not run_once((seeds, curve, combinations), recipe, again):
                 return 1
         if dry_run:
+            _say(elsewhere(found, machine))
             return 0
     print(f"the search of {study} did not end within {max_rounds} rounds; run it again to go on")
     return 1
+
+
+def _say(lines: list[str]) -> None:
+    for line in lines:
+        print(line)
+
+
+def _this_machine(recipe: Recipe) -> str:
+    """This machine, as a run of `recipe` here would record it."""
+    import torch
+
+    from cadence_harness.running.provenance import environment
+
+    return machine_name(environment(torch.device("cuda" if recipe.device == "gpu" else "cpu")))

@@ -100,6 +100,7 @@ class Search:
     confirming: bool = False  # `to_run` is a leader to run on every seed, not candidates to screen
     screen: str = "sweep"  # how candidates are screened: "cyclic" where the baseline has a cyclic curve
     elsewhere: set[str] = field(default_factory=set)  # in a time: arms run on another machine than their baseline
+    machine: str | None = ""  # in a time: the baseline's machine, where `to_run` must run ("": any; None: none)
     # arm -> its methods that follow the run's length, so that no cyclic run screens it (`RecordedEffects`)
     by_run_length: dict[str, list[str]] = field(default_factory=dict)
     set_aside: list[str] = field(default_factory=list)  # recorded cyclic screens of such arms, not read
@@ -137,7 +138,7 @@ class Search:
             elif round_.confirming:
                 outcome = f"{round_.confirming} leads on seed 0; it joins the recipe if it still does on all seeds"
             else:
-                outcome = "waiting for the candidates not run yet" if waiting else "no candidate improves on it"
+                outcome = "waiting for the candidates not run yet" if waiting else self._no_improvement(round_)
 
             lines += [
                 "",
@@ -152,6 +153,8 @@ class Search:
                 )
             elif swept:
                 what += f", by the sweep ({self._why_swept(swept)})"
+            if self.machine:
+                what += f", on {self.machine} (the baseline's machine: times compare only within one)"
             lines += ["", f"The search continues once these run {what}: `{self.command()}`."]
             lines[-1] += f" `cadence-bench grid {self.study} --search` runs this round and the ones after it."
         if self.set_aside:
@@ -190,6 +193,14 @@ class Search:
 
     def _why_swept(self, arms: Sequence[str]) -> str:
         return run_length_reason(sorted({m for arm in arms for m in self.by_run_length.get(arm, [])}))
+
+    def _no_improvement(self, round_: Round) -> str:
+        """A finished round that chose nothing: no candidate improves, unless some could not be compared."""
+        foreign = [arm for arm, speedup in round_.tried if speedup is None and arm in self.elsewhere]
+        if not foreign:
+            return "no candidate improves on it"
+        ran = "it ran" if len(foreign) == 1 else "they ran"
+        return f"undecided: {', '.join(foreign)} cannot be compared, {ran} on another machine than the baseline"
 
     def _shown(self, arm: str, speedup: TargetSpeedup | None, missing: str = "—") -> str:
         return speedup.format() if speedup else ELSEWHERE if arm in self.elsewhere else missing
@@ -283,6 +294,7 @@ def greedy_search(
             search.set_aside.append(screen.arm)
             del screens[methods]
     if unit in TIMED:
+        search.machine = base.machine
         search.elsewhere = {c.arm for c in section.curves if other_machine(c, (c.cyclic and cyclic_base) or base)}
     eligible: list[tuple[str, TargetSpeedup | None]] = []
     identities = set(section.noise_floor.arms) if section.noise_floor else set()
