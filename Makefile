@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 MEMBERS := packages/core packages/mlflow packages/detection $(patsubst %/,%,$(sort $(wildcard packages/methods/*/))) $(wildcard harness)
 STAMP := $(VENV)/.installed
 
-.PHONY: help install install-detection test lint fmt demo bench cards wheels new-method clean
+.PHONY: help install install-detection test lint typecheck fmt demo bench cards wheels new-method clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -37,13 +37,16 @@ wheels: $(STAMP) ## build a wheel of every package into dist/ (then: pip install
 # pytest exits 5 when it collected nothing: an empty run must not pass. TEST_WORKERS=0 runs in this process.
 # Each worker takes cores / workers OpenMP threads (conftest.py), unless OMP_NUM_THREADS is set.
 TEST_WORKERS ?= auto
-test: $(STAMP) ## run the test suite on CPU, one pytest worker per core (what CI runs)
+test: $(STAMP) ## run the test suite on CPU, one pytest worker per core (CI runs it, then make typecheck)
 	@$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 lint: $(STAMP) ## ruff: lint and format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP) ## mypy over the packages [tool.mypy] names in pyproject.toml (CI runs it after the tests)
+	$(PY) -m mypy
 
 fmt: $(STAMP) ## ruff: fix lint and format in place
 	$(VENV)/bin/ruff check --fix .
@@ -64,4 +67,4 @@ new-method: ## scaffold packages/methods/$(NAME) (e.g. make new-method NAME=stoc
 	python3 packages/methods/new_method.py $(NAME)
 
 clean: ## remove the virtual environments and caches
-	rm -rf $(VENV) $(DETECTION_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DETECTION_VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -83,7 +83,7 @@ class CompiledStep:
         if compile_disabled():
             warnings.warn(_DISABLED.format(compile_config), stacklevel=3)
         compiled_forward = torch.compile(forward_module, **compile_config)
-        self.forward: nn.Module = EagerUnderDispatchMode(compiled_forward, forward_module)  # type: ignore[assignment]
+        self.forward = EagerUnderDispatchMode(compiled_forward, forward_module)
         self._loss = EagerUnderDispatchMode(torch.compile(loss, **compile_config), loss)
         self._config = compile_config
         self._before = _counts()
@@ -110,7 +110,7 @@ class CompiledStep:
             "trainer/compiled_graphs": now["graphs_in_process"] - self._before["graphs_in_process"],
             "trainer/graph_breaks": now["graph_breaks"] - self._before["graph_breaks"],
             "trainer/cudagraph_skips": now["cudagraph_skips"] - self._before["cudagraph_skips"],
-            "trainer/eager_calls": float(self.forward.eager_calls),  # type: ignore[attr-defined]
+            "trainer/eager_calls": float(self.forward.eager_calls),
             "trainer/compile_disabled": float(compile_disabled()),
         }
 

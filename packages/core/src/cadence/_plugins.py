@@ -20,6 +20,7 @@ import inspect
 import sys
 from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
+from types import FrameType
 from typing import NoReturn
 
 __all__ = ["PluginWarning", "RegistryError", "discover", "distribution_name", "load_class", "lookup", "raise_missing"]
@@ -111,7 +112,7 @@ _IMPORT_FROM = dis.opmap.get("IMPORT_FROM")
 
 def _called_by_from_import() -> bool:
     """True when the code that asked the module's ``__getattr__`` is executing ``from module import name``."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_name != "__getattr__":
         frame = frame.f_back
     caller = frame.f_back if frame is not None else None

@@ -65,7 +65,8 @@ def capture_rng() -> dict[str, Any]:
     except ImportError:  # numpy is optional
         pass
     else:
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        legacy: Any = np.random.get_state()  # the MT19937 tuple (numpy's stubs also allow its dict form)
+        kind, keys, pos, has_gauss, cached = legacy
         state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()

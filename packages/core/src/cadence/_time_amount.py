@@ -35,6 +35,8 @@ class Time:
     """
 
     __slots__ = ("unit", "value")
+    unit: TimeUnit
+    value: int | float
 
     def __init__(self, value: int | float, unit: TimeUnit | str):
         unit = TimeUnit.parse(unit)

@@ -201,7 +201,8 @@ def with_iteration_start(total_wct: Any, state: dict[str, Any]) -> dict[str, Any
     if state.get("iteration_wct") is None:
         return {name: value for name, value in state.items() if name != "iteration_wct"}
     state = dict(state)
-    total = float(Seconds(state.get("total_wct") if state.get("total_wct") is not None else total_wct))
+    recorded = state.get("total_wct")
+    total = float(Seconds(recorded if recorded is not None else total_wct))
     state["iteration_start_wct"] = total - float(Seconds(state.pop("iteration_wct")))
     return state
 

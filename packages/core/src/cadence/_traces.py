@@ -45,7 +45,7 @@ class LazyTraces(Mapping[str, Trace]):
 
     def _traces(self) -> dict[str, Trace]:
         if self._built is None:
-            event, built = self._event, {}
+            event, built = self._event, dict[str, Trace]()
             for algorithm, exit_code in self._ran:
                 key = (self._names.get(id(algorithm)) or f"{algorithm!r}/") + event.value
                 built[key] = Trace(algorithm.name, event, exit_code, len(built), True)

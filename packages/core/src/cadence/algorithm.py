@@ -28,6 +28,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -76,8 +77,8 @@ class Effects:
         conflicts: other methods (by class name) this one cannot run with, each with the fix.
     """
 
-    reads: frozenset[Resource] = frozenset()
-    writes: frozenset[Resource] = frozenset()
+    reads: AbstractSet[Resource] = frozenset()  # any set given; a frozenset once built
+    writes: AbstractSet[Resource] = frozenset()
     exclusive: Mapping[Resource, str] = field(default_factory=dict)
     conflicts: Mapping[str, str] = field(default_factory=dict)
 

@@ -8,7 +8,7 @@ it returns a new batch (tuples are rebuilt, dicts are shallow-copied).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -24,10 +24,11 @@ __all__ = [
     "take_samples",
 ]
 
-BatchKey = int | str | tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]
+GetterSetter = tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]
+BatchKey = int | str | GetterSetter
 
 
-def _is_getter_setter(key: Any) -> bool:
+def _is_getter_setter(key: Any) -> TypeGuard[GetterSetter]:
     return isinstance(key, tuple) and len(key) == 2 and all(callable(k) for k in key)
 
 

@@ -282,7 +282,7 @@ def _described(algorithm: Algorithm) -> str:
 def _callback_order(event: Event, callbacks: list[Callback]) -> list[Callback]:
     """Composer's order: log destinations first on INIT (so they are ready), last on every other event
     (so they see what the other callbacks logged); the user's order otherwise."""
-    destinations = [c for c in callbacks if isinstance(c, LoggerDestination)]
+    destinations: list[Callback] = [c for c in callbacks if isinstance(c, LoggerDestination)]
     others = [c for c in callbacks if not isinstance(c, LoggerDestination)]
     return destinations + others if event is Event.INIT else others + destinations
 

@@ -65,6 +65,12 @@ class MulticlassAccuracy(_PlainAttributes, _TorchmetricsMulticlassAccuracy):
     added in place, on the device. Any other configuration or input takes torchmetrics' own update.
     """
 
+    tp: torch.Tensor  # torchmetrics' states: with multidim_average="global", one tensor each
+    fp: torch.Tensor
+    fn: torch.Tensor
+    tn: torch.Tensor
+    num_classes: int  # required by the multiclass metrics (torchmetrics' base types it Optional)
+
     def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:  # type: ignore[override]
         if not (
             self.average == "micro"

@@ -80,7 +80,9 @@ class State:
         run_name: str = "run",
         dataloader_label: str | None = None,
     ):
-        self.model = model
+        # Any: the trainer takes any module with ``loss(outputs, batch)`` (duck-typed, as Composer), and a
+        # method reads its own attributes on it; typed as a Module, every such read would need a cast
+        self.model: Any = model
         self.max_duration = max_duration  # type: ignore[assignment]  # the setter makes it a Time
         self.rank_zero_seed = rank_zero_seed
         self.train_dataloader = dataloader

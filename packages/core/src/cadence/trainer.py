@@ -13,7 +13,7 @@ import inspect
 import itertools
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -237,16 +237,16 @@ class Trainer:
             start = ckpt.checkpoint_to_start_from(self.save_folder, load_path, autoresume, save_overwrite, self._names)
             from_load_path = start is not None and load_path is not None and start[0] == Path(load_path)
             weights_only = load_weights_only and from_load_path
-            if weights_only:
+            if weights_only and start is not None:
                 snapshot.restore_weights(self.state, start[1], start[0], strict=load_strict_model_weights)
             elif start is not None:
                 self._load(*start, strict=load_strict_model_weights)
             self.engine.run_event(Event.AFTER_LOAD)
 
             # The module the step calls: DDP after surgery and loading, then torch.compile --------
-            self._forward_module = distributed_module(model, self.state.algorithms, device_, 1 if fsdp else world_size)
-            self.compiled = None if compile_ is None else CompiledStep(self._forward_module, model.loss, compile_)
-            self._forward_module = self.compiled.forward if self.compiled else self._forward_module
+            distributed = distributed_module(model, self.state.algorithms, device_, 1 if fsdp else world_size)
+            self.compiled = None if compile_ is None else CompiledStep(distributed, self.state.model.loss, compile_)
+            self._forward_module: Callable[..., Any] = self.compiled.forward if self.compiled else distributed
         self._create_graph = any(as_algorithm(a).backwards_create_graph for a in self.state.algorithms)
         self._first_batch_checked = False
         self._last_eval_batch = -1
@@ -319,8 +319,8 @@ class Trainer:
 
     def _fit(self) -> None:
         state = self.state
-        # methods may wrap the optimizers up to AFTER_LOAD; from here on they are fixed
-        self._closure_optimizer = next((o for o in state.optimizers if getattr(o, "uses_closure", False)), None)
+        # fixed from here (methods may wrap them up to AFTER_LOAD); Any: torch types a closure as () -> float
+        self._closure_optimizer: Any = next((o for o in state.optimizers if getattr(o, "uses_closure", False)), None)
         state.model.train()
         self.logger.log_hyperparameters(run_hyperparameters(state))
         evaluation_due = self._data.eval is not None and self._eval_interval is not None
@@ -360,7 +360,7 @@ class Trainer:
             self.engine.run_planned(Event.AFTER_DATALOADER)
             self._train_batch()
             if state.is_done():
-                return bool(state.dataloader_len) and state.timestamp.batch_in_epoch >= state.dataloader_len
+                return bool(n := state.dataloader_len) and n is not None and state.timestamp.batch_in_epoch >= n
         return True
 
     def _check_first_batch(self, batch: Any) -> None:

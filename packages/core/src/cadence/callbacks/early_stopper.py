@@ -127,9 +127,9 @@ class EarlyStopper(Callback):
             return
         last_of_epoch = not state.dataloader_len or state.timestamp.batch_in_epoch >= state.dataloader_len
         if self.patience.unit is TimeUnit.BATCH or last_of_epoch:  # the train metrics are reset at epoch end
-            self._last_train_value = self._read(state)
-        if self.patience.unit is TimeUnit.BATCH:
-            self._check(self._last_train_value, state)
+            self._last_train_value = value = self._read(state)
+            if self.patience.unit is TimeUnit.BATCH:
+                self._check(value, state)
 
     def epoch_end(self, state: State, logger: Logger) -> None:
         train_epoch_check = self.dataloader_label == "train" and self.patience.unit is TimeUnit.EPOCH

@@ -72,7 +72,7 @@ class WandBLogger(LoggerDestination):
             )
         self.log_artifacts = check_bool("log_artifacts", log_artifacts)
         self.rank_zero_only = check_bool("rank_zero_only", rank_zero_only)
-        named = {"project": project, "group": group, "name": name, "entity": entity}
+        named: dict[str, Any] = {"project": project, "group": group, "name": name, "entity": entity}
         named["tags"] = list(tags) if tags is not None else None
         self.init_kwargs: dict[str, Any] = {**(init_kwargs or {}), **{k: v for k, v in named.items() if v is not None}}
         self.run: Any = None

@@ -41,6 +41,8 @@ class LanguageCrossEntropy(_PlainAttributes, Metric):
     """
 
     full_state_update = False
+    sum_loss: torch.Tensor  # its states (`add_state`), summed across ranks
+    total_tokens: torch.Tensor
 
     def __init__(self, ignore_index: int = IGNORE_INDEX, **kwargs: Any):
         super().__init__(**kwargs)
@@ -126,7 +128,7 @@ class HuggingFaceModel(Model):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module (a transformers model), got {type(model).__name__}")
-        self.model = model
+        self.model: Any = model  # a transformers model: its methods (generate, ...) are transformers' own
         self.tokenizer = tokenizer
         self.use_logits = use_logits
         self.shift_labels = _is_causal_lm(model) if shift_labels is None else bool(shift_labels)

@@ -183,10 +183,10 @@ def _apply_cpu(
     rows = torch.arange(total, device=images.device) % n
     if total <= block:
         return _apply_sorted(images, rows, groups, values, matrices, quantize, transient)
-    parts = [
-        _apply_sorted(images, rows[i : i + block], *(t[:, i : i + block] for t in (groups, values, matrices)), quantize)
-        for i in range(0, total, block)
-    ]
+    parts = []
+    for start in range(0, total, block):
+        cols = slice(start, start + block)
+        parts.append(_apply_sorted(images, rows[cols], groups[:, cols], values[:, cols], matrices[:, cols], quantize))
     return torch.cat(parts)
 
 

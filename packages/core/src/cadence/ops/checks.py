@@ -112,9 +112,10 @@ def check_int(name: str, value: Any, *, ge: int | None = None, le: int | None = 
     expected = f"an int{_bounds(None, ge, None, le)}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _fail(ArgumentTypeError, name, value, expected, hint)
-    if (ge is not None and value < ge) or (le is not None and value > le):
+    number = int(value)
+    if (ge is not None and number < ge) or (le is not None and number > le):
         raise _fail(ValueError, name, value, expected, hint)
-    return int(value)
+    return number
 
 
 def check_bool(name: str, value: Any, hint: str = "") -> bool:

@@ -32,10 +32,11 @@ def _insert(existing: Callable[[Any], Any] | None, transform: Callable[[Any], An
     if existing is None:
         return transform
     steps = getattr(existing, "transforms", None)
-    if type(existing).__name__ == "Compose" and isinstance(steps, list):
+    compose: Any = type(existing)  # torchvision's Compose, by name: torchvision is not imported here
+    if compose.__name__ == "Compose" and isinstance(steps, list):
         for index, step in enumerate(steps):
             if type(step).__name__ in _TO_TENSOR:  # augment the final-size image, as Composer does
-                return type(existing)([*steps[:index], transform, *steps[index:]])
+                return compose([*steps[:index], transform, *steps[index:]])
     return _Then(transform, existing)
 
 
@@ -79,6 +80,6 @@ def add_dataset_transform(dataloader: Any, transform: Callable[[Any], Any]) -> N
             "use batched=True, or add the transform to the dataset before creating the DataLoader"
         )
     dataset.transform = _insert(dataset.transform, transform)
-    joint = getattr(dataset, "transforms", None)
+    joint: Any = getattr(dataset, "transforms", None)
     if type(joint).__name__ == "StandardTransform":  # torchvision keeps a second reference here
         joint.transform = dataset.transform

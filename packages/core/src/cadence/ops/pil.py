@@ -63,8 +63,8 @@ def to_pixels(
     ``[min, max]`` to [0, 255] and back (see `_float_range`), on the device, without synchronising.
     """
     if single and is_pil_image(images):
-        pixels, restore = _from_pil(images)
-        return pixels, restore, True
+        pixels, to_pil = _from_pil(images)
+        return pixels, to_pil, True
     if not isinstance(images, torch.Tensor):
         kind = "a PIL image or a CHW tensor" if single else "an NCHW tensor"
         raise TypeError(f"expected {kind}, got {type(images).__name__}")
@@ -80,13 +80,14 @@ def to_pixels(
     work = torch.float64 if dtype == torch.float64 else torch.float32
     batch = images if images.ndim == 4 else images.unsqueeze(0)
     if dtype.is_floating_point and not any_range and batch.device.type == "cpu" and batch.numel():
-        low, high = batch.aminmax()
-        if low < -0.5 or high > 1.5:
+        lowest, highest = batch.aminmax()
+        if lowest < -0.5 or highest > 1.5:
             raise ValueError(
-                f"images look normalised (values in [{float(low):.2f}, {float(high):.2f}]); augment unnormalised "
+                f"images look normalised (values in [{float(lowest):.2f}, {float(highest):.2f}]); augment unnormalised "
                 "images (uint8, or float in [0, 1]) and normalise afterwards, e.g. inside the model"
             )
-    low = high = None
+    low: torch.Tensor | None = None
+    high: torch.Tensor | None = None
     if dtype.is_floating_point and any_range and batch.numel():
         low, high = _float_range(batch.to(work))
         pixels = ((batch.to(work) - low) / (high - low)).clamp_(0, 1).mul_(255)
@@ -101,7 +102,7 @@ def to_pixels(
             # adding 2**23 rounds a float in [0, 255] half to even, as round(), and leaves the level in the
             # low bits of its int32 view; int32 -> uint8 keeps them (several times faster than float -> uint8)
             out = out.clamp_(0, 255).add_(8388608.0).view(torch.int32).to(dtype)
-        elif low is not None:
+        elif low is not None and high is not None:
             out = torch.maximum(torch.minimum(out / 255 * (high - low) + low, high), low).to(dtype)
         else:
             out = (out / 255).clamp_(0, 1).to(dtype)

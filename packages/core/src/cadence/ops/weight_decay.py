@@ -60,9 +60,10 @@ def apply_decoupled_weight_decay(
         if not decay or not params:
             continue
         initial_lr = group.setdefault("initial_lr", group["lr"])
-        factor: float | torch.Tensor = 1 - ((group["lr"] / initial_lr) if initial_lr else 1.0) * decay
+        keep = 1 - ((group["lr"] / initial_lr) if initial_lr else 1.0) * decay
+        factor: float | torch.Tensor = keep
         if finite is not None:  # a device tensor, filled without a host round trip
-            factor = torch.where(finite, torch.full((), factor, dtype=torch.float64, device=finite.device), 1.0)
+            factor = torch.where(finite, torch.full((), keep, dtype=torch.float64, device=finite.device), 1.0)
         torch._foreach_mul_(params, factor)
 
 
