@@ -543,7 +543,7 @@ def test_outage_keeps_logging_fast_and_delivers_every_point_once(
             time.sleep(0.01)
         started = time.monotonic()
         assert logger.flush() is False  # no timeout during an outage: returns at once, keeps everything
-        assert time.monotonic() - started < 0.1
+        assert time.monotonic() - started < 1.0  # at once: waiting would last the outage (margin for a busy host)
     assert logger.stats["failed_requests"] > 0 and logger.stats["spooled_points"] > 0
     durations += log_steps(logger, range(50, 60), expected)
     server.wait_ready()
@@ -582,7 +582,7 @@ def test_server_that_never_comes_back_spills_to_a_local_store(
         time.sleep(0.05)
     started = time.monotonic()
     assert logger.flush(timeout_s=0.5) is False
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 5.0  # the timeout holds: the stuck request takes MLflow's retries (minutes)
     for start in range(40, 70, 5):  # training goes on for a while before it ends
         log_steps(logger, range(start, start + 5), expected)
         time.sleep(0.25)
@@ -590,8 +590,9 @@ def test_server_that_never_comes_back_spills_to_a_local_store(
     with pytest.warns(MLflowLoggerWarning) as record:
         logger.finish(timeout_s=2.0)
     elapsed = time.monotonic() - started
-    # 2 s of trying, then the local write (the spill store was prepared during the outage)
-    assert 2.0 <= elapsed < 2.0 + 3.0, f"finish took {elapsed:.1f} s"
+    # 2 s of trying, then the local write (the spill store was prepared during the outage). Waiting for the stuck
+    # request would take MLflow's retries (minutes); the margin is for a loaded 2-core machine (5.2 s seen once)
+    assert 2.0 <= elapsed < 2.0 + 15.0, f"finish took {elapsed:.1f} s"
     (warning,) = [str(w.message) for w in record]
     assert str(spill / "spill.db") in warning and f"{IMPORT_COMMAND} {spill} --tracking-uri {server.uri}" in warning
 
