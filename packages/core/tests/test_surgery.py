@@ -19,6 +19,7 @@ from cadence.ops import (
     SurgeryMethod,
     SurgeryReport,
     check_number,
+    policy_for,
     replace_modules,
     unwrap_model,
 )
@@ -167,6 +168,16 @@ def test_a_shared_module_is_replaced_once_everywhere_and_replaced_modules_are_no
     nested = nn.Sequential(nn.Sequential(nn.Linear(2, 2)))
     report = replace_modules(nested, {nn.Sequential: lambda m, path: Scaled(m), nn.Linear: lambda m, path: Scaled(m)})
     assert report.replaced == {"Sequential -> Scaled": ["0"]}  # its inner Linear was not visited
+
+
+def test_policy_for_gives_a_policy_typed_on_the_modules_it_receives_unchanged() -> None:
+    def strided(conv: nn.Conv2d, path: str) -> nn.Module | None:
+        return Scaled(conv) if conv.stride == (2, 2) else None
+
+    policy = policy_for(nn.Conv2d, strided)
+    assert policy is strided
+    model = nn.Sequential(nn.Conv2d(3, 3, 3, stride=2), nn.Conv2d(3, 3, 3))
+    assert replace_modules(model, {nn.Conv2d: policy}).replaced == {"Conv2d -> Scaled": ["0"]}
 
 
 def test_compiled_models_are_unwrapped_and_ddp_is_refused_with_the_fix() -> None:

@@ -69,6 +69,7 @@ from cadence.ops.surgery import (
     SurgeryReport,
     count_module_instances,
     no_effect,
+    policy_for,
     replace_modules,
     unwrap_model,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "no_effect",
     "op_magnitudes",
     "pil_to_tensor",
+    "policy_for",
     "random_permutation",
     "random_uniform",
     "read_batch_item",

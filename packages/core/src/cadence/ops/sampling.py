@@ -13,11 +13,12 @@ __all__ = ["sample_beta", "sample_dirichlet", "sample_gamma", "sample_log_gamma"
 _GAMMA_ROUNDS = 16  # Marsaglia-Tsang accepts >= 95% per round for shape >= 1; 16 rounds fail with p < 1e-20
 
 
-def sample_log_gamma(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def sample_log_gamma(concentration: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """log of Gamma(concentration, 1) samples, one per element (Marsaglia and Tsang, 2000).
 
     Shapes below 1 use ``log Gamma(a) = log Gamma(a + 1) + log(U) / a``. Working in log space
     keeps tiny shapes exact: for a = 0.001 the sample itself underflows float32 most of the time.
+    `generator` None draws from torch's global RNG.
     """
     if not isinstance(concentration, torch.Tensor) or not concentration.is_floating_point():
         raise TypeError("concentration must be a floating-point tensor")
@@ -39,18 +40,18 @@ def sample_log_gamma(concentration: torch.Tensor, generator: torch.Generator) ->
     return torch.where(boost, log_sample + log_u / a, log_sample)
 
 
-def sample_gamma(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def sample_gamma(concentration: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Gamma(concentration, 1) samples, one per element (may underflow to 0 for shapes << 1)."""
     return sample_log_gamma(concentration, generator).exp()
 
 
-def sample_beta(alpha: torch.Tensor, beta: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def sample_beta(alpha: torch.Tensor, beta: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Beta(alpha, beta) samples, elementwise: ``sigmoid(log Ga - log Gb)``, exact for tiny shapes."""
     alpha, beta = torch.broadcast_tensors(alpha, beta)
     logs = sample_log_gamma(torch.stack([alpha, beta]), generator)
     return torch.sigmoid(logs[0] - logs[1])
 
 
-def sample_dirichlet(concentration: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def sample_dirichlet(concentration: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Dirichlet samples over the last dimension of `concentration`: a softmax of log-gammas."""
     return torch.softmax(sample_log_gamma(concentration, generator), dim=-1)

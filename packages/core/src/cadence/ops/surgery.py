@@ -29,7 +29,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -41,12 +41,21 @@ __all__ = [
     "SurgeryReport",
     "count_module_instances",
     "no_effect",
+    "policy_for",
     "replace_modules",
     "unwrap_model",
 ]
 
 Policy = Callable[[nn.Module, str], nn.Module | None]
 """``policy(module, path) -> replacement`` (or None to leave this module as it is)."""
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+def policy_for(module_type: type[ModuleT], policy: Callable[[ModuleT, str], nn.Module | None]) -> Policy:
+    """`policy`, written for the modules of `module_type`, as the `Policy` of that key:
+    ``{nn.Conv2d: policy_for(nn.Conv2d, blur_conv)}``, where ``blur_conv`` takes an ``nn.Conv2d``."""
+    return cast(Policy, policy)  # replace_modules calls a key's policy on modules of exactly that type only
 
 
 class NoEffectWarning(UserWarning):

@@ -30,7 +30,7 @@ class SurgeryMethod(Method):
     """Subclasses implement `surgery` (usually their functional ``apply_<x>``) and call
     ``super().__init__(strict=strict)``; ``strict=True`` turns "changed nothing" into an error."""
 
-    events = (Event.INIT,)
+    events: ClassVar[tuple[Event, ...]] = (Event.INIT,)
     runtime_arguments: ClassVar[frozenset[str]] = frozenset({"strict"})
     """Arguments that do not shape the model: a checkpoint does not hold a resumed run to them."""
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import importlib.metadata
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool, check_int, check_number
-from cadence.ops.surgery import Policy, SurgeryReport, replace_modules, unwrap_model
+from cadence.ops.surgery import Policy, SurgeryReport, policy_for, replace_modules, unwrap_model
 from cadence_alibi.layers import ATTENTION_IMPLEMENTATIONS, AlibiAttention, NoPositionEmbedding
 
 __all__ = [
@@ -119,7 +119,7 @@ def apply_alibi(
     check_bool("strict", strict)
     target = unwrap_model(model)
     attentions = _attentions(target)
-    positions = {  # path -> the learned position embedding there
+    positions: dict[str, nn.Embedding] = {  # path -> the learned position embedding there
         f"{path}.{name}".lstrip("."): getattr(m, name)
         for path, m in target.named_modules()
         if (name := POSITION_EMBEDDINGS.get(type(m).__name__)) and isinstance(getattr(m, name, None), nn.Embedding)
@@ -130,14 +130,14 @@ def apply_alibi(
     def attention(module: nn.Module, path: str) -> nn.Module | None:
         if getattr(module, "is_cross_attention", False):
             return None
-        heads = getattr(module, "num_attention_heads", None) or module.num_heads
+        heads = getattr(module, "num_attention_heads", None) or cast(int, module.num_heads)  # GPT2Attention's int
         return AlibiAttention(module, int(heads), max_sequence_length, bool(getattr(module, "is_causal", False)))
 
-    def embedding(module: nn.Module, path: str) -> nn.Module | None:
+    def embedding(module: nn.Embedding, path: str) -> nn.Module | None:
         return NoPositionEmbedding(module.embedding_dim).train(module.training) if path in positions else None
 
     policies: dict[type[nn.Module], Policy] = {type(m): attention for m in attentions}
-    policies.update({type(m): embedding for m in positions.values()})
+    policies.update({type(m): policy_for(type(m), embedding) for m in positions.values()})
     report = replace_modules(target, policies, optimizers=optimizers, method="Alibi", strict=strict)
     for module in target.modules():
         if type(module).__name__ in ("BertEmbeddings", "RobertaEmbeddings"):

@@ -89,6 +89,8 @@ class AlibiAttention(nn.Module):
             passes no mask and would let SDPA apply the causal mask itself.
     """
 
+    slopes: torch.Tensor  # a buffer
+
     def __init__(self, attention: nn.Module, num_heads: int, max_sequence_length: int, causal: bool):
         super().__init__()
         self.attention = attention

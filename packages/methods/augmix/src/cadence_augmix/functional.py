@@ -130,12 +130,15 @@ def augmix_batch(
     ops = check_augmix_args(severity, depth, width, alpha, augmentation_set)
     if per_sample_on_cpu(images):  # large images on CPU: the same draws, then each image's pipeline alone
         n, _, h, w = images.shape
-        plan = plan_ops(*_draw_chains(n, ops, severity, depth, width, (h, w), generator, images.device), h, w)
+        groups, magnitudes, matrices = plan_ops(
+            *_draw_chains(n, ops, severity, depth, width, (h, w), generator, images.device), h, w
+        )
         weights, skip = _mix_weights(n, width, alpha, generator, images.device)
 
         def one(j: int, image: torch.Tensor) -> torch.Tensor:
             pixels, restore, eight_bit = to_pixels(image, any_range=True)
-            chains = apply_plan(pixels, tuple(t[:, j::n] for t in plan), quantize=eight_bit)  # its width chains
+            columns = (groups[:, j::n], magnitudes[:, j::n], matrices[:, j::n])  # its width chains
+            chains = apply_plan(pixels, columns, quantize=eight_bit)
             return restore(_combine(pixels, list(chains.chunk(width)), weights[:, j : j + 1], skip[j : j + 1]))
 
         return each_sample(one, images)
@@ -144,8 +147,7 @@ def augmix_batch(
     op_ids, values = _draw_chains(n, ops, severity, depth, width, (h, w), generator, pixels.device)
     # all chains as one batch of width * N images (on CPU without copying the batch width times)
     # consumed at once by the mixing: the chains may sit in a reused buffer (no page faults on CPU)
-    chains = apply_ops(pixels, op_ids, values, ops, quantize=eight_bit, copies=width, transient=True).chunk(width)
-    chains = list(chains)
+    chains = list(apply_ops(pixels, op_ids, values, ops, quantize=eight_bit, copies=width, transient=True).chunk(width))
     return restore(_mix(pixels, chains, alpha, generator))
 
 

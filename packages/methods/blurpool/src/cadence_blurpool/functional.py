@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool, check_int
-from cadence.ops.surgery import SurgeryReport, replace_modules
+from cadence.ops.surgery import Policy, SurgeryReport, policy_for, replace_modules
 from cadence_blurpool.layers import BlurConv2d, BlurMaxPool2d
 
 __all__ = ["apply_blurpool", "check_blurpool_args"]
@@ -71,7 +71,7 @@ def apply_blurpool(
         subsamples = max(pool.stride if isinstance(pool.stride, tuple) else (pool.stride,)) > 1
         return BlurMaxPool2d.from_maxpool2d(pool) if subsamples and not pool.return_indices else None
 
-    policies = {nn.Conv2d: blur_conv} if replace_convs else {}
+    policies: dict[type[nn.Module], Policy] = {nn.Conv2d: policy_for(nn.Conv2d, blur_conv)} if replace_convs else {}
     if replace_maxpools:
-        policies[nn.MaxPool2d] = blur_maxpool
+        policies[nn.MaxPool2d] = policy_for(nn.MaxPool2d, blur_maxpool)
     return replace_modules(model, policies, optimizers=optimizers, method="BlurPool", strict=strict)

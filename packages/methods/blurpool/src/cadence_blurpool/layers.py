@@ -22,7 +22,7 @@ layer compiles with ``torch.jit.script`` and exports with ``torch.export.export`
 
 from __future__ import annotations
 
-from typing import Union
+from typing import TYPE_CHECKING, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -111,6 +111,9 @@ class BlurMaxPool2d(nn.Module):
     """Drop-in for `torch.nn.MaxPool2d` (without ``return_indices``) that blurs before subsampling;
     see `blurmax_pool2d`."""
 
+    if TYPE_CHECKING:  # the buffer, declared for type checkers only: TorchScript cannot read string annotations
+        filt2d: torch.Tensor
+
     def __init__(
         self,
         kernel_size: _size_2_t,
@@ -148,6 +151,9 @@ class BlurConv2d(nn.Module):
     convolution's cost). The arguments are `torch.nn.Conv2d`'s plus `blur_first`; the convolution is
     ``self.conv`` (`from_conv2d` wraps an existing one, keeping its parameters)."""
 
+    if TYPE_CHECKING:  # see BlurMaxPool2d
+        blur_filter: torch.Tensor
+
     def __init__(
         self,
         in_channels: int,
@@ -164,15 +170,14 @@ class BlurConv2d(nn.Module):
     ):
         super().__init__()
         stride = kernel_size if stride is None else stride
-        factory = {"device": device, "dtype": dtype}
-        self._wrap(
-            nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, **factory),
-            blur_first,
+        conv = nn.Conv2d(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, device=device, dtype=dtype
         )
+        self._wrap(conv, blur_first)
 
     def _wrap(self, conv: nn.Conv2d, blur_first: bool) -> None:
         """Take `conv` as ``self.conv``; move its stride to the blur where the blur subsamples."""
-        stride = _as_pair(conv.stride)
+        stride = _as_pair(cast(tuple[int, int], conv.stride))  # a Conv2d's stride is a pair (typed tuple[int, ...])
         pointwise = conv.kernel_size == (1, 1) and conv.padding in ((0, 0), "valid")
         self.blur_first = blur_first
         self.blur_nchannels = conv.in_channels if blur_first else conv.out_channels
@@ -208,6 +213,9 @@ class BlurPool2d(nn.Module):
         stride: subsampling along H and W.
         padding: zeros added on each side (1 keeps the size at stride 1).
     """
+
+    if TYPE_CHECKING:  # see BlurMaxPool2d
+        blur_filter: torch.Tensor
 
     def __init__(self, channels: int = 0, stride: _size_2_t = 2, padding: _size_2_t = 1) -> None:
         super().__init__()

@@ -52,7 +52,8 @@ def _to_channels_last(tensor: torch.Tensor) -> bool:
     """Re-lay `tensor` (and its gradient) in channels_last, in place; whether anything changed."""
     if tensor.is_contiguous(memory_format=torch.channels_last):
         return False
-    tensor.set_(tensor.contiguous(memory_format=torch.channels_last))
+    relaid = tensor.contiguous(memory_format=torch.channels_last)
+    tensor.set_(relaid)  # type: ignore[call-overload]  # set_(Tensor) exists; torch's stubs list only set_(Storage)
     if tensor.grad is not None:
         tensor.grad = tensor.grad.contiguous(memory_format=torch.channels_last)
     return True

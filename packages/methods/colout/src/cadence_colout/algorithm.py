@@ -67,8 +67,8 @@ class ColOut(RandomMethod):
             return None
         images = state.batch_get_item(self.input_key)
         sample = images if self.resize_target is False else (images, state.batch_get_item(self.target_key))
-        drawn = {"batch": self.batch, "generator": self.generator("colout")}
-        out = colout_batch(sample, self.p_row, self.p_col, self.resize_target, **drawn)
+        generator = self.generator("colout")
+        out = colout_batch(sample, self.p_row, self.p_col, self.resize_target, batch=self.batch, generator=generator)
         new_images, new_target = out if isinstance(out, tuple) else (out, None)
         state.batch_set_item(self.input_key, new_images)
         if new_target is not None and new_target is not sample[1]:

@@ -49,7 +49,8 @@ class CutMix(LabelMixingMethod):
                 "CutMix(interpolate_loss=True) cannot interpolate the loss of segmentation "
                 "targets (the box is pasted into them); use interpolate_loss=False"
             )
-        box = sample_bbox(*input.shape[-2:], None, self.alpha, self.uniform_sampling, self.generator("cutmix/box"))
+        height, width = input.shape[-2:]
+        box = sample_bbox(height, width, None, self.alpha, self.uniform_sampling, self.generator("cutmix/box"))
         indices = random_permutation(input.shape[0], input.device, self.generator("cutmix/permutation"))
         mixed, self.permuted_target, self.area, self.bbox = cutmix_batch(input, target, bbox=box, indices=indices)
         self.indices, self.partner_weight = indices, 1.0 - self.area

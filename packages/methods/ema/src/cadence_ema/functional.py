@@ -81,9 +81,9 @@ def compute_ema(model: nn.Module, ema_model: nn.Module | Mapping[str, torch.Tens
     stored = dict(_named_tensors(ema_model)) if isinstance(ema_model, nn.Module) else ema_model
     pairs = _pairs(model, stored)
     with torch.no_grad():
-        for averaged, current in _chunks([(a, b) for a, b in pairs if a.is_floating_point()]):
-            torch._foreach_mul_(averaged, smoothing)
-            torch._foreach_add_(averaged, torch._foreach_mul(current, 1.0 - smoothing))
+        for averages, currents in _chunks([(a, b) for a, b in pairs if a.is_floating_point()]):
+            torch._foreach_mul_(averages, smoothing)
+            torch._foreach_add_(averages, torch._foreach_mul(currents, 1.0 - smoothing))
         for averaged, current in pairs:
             if not averaged.is_floating_point():
                 averaged.copy_(current)

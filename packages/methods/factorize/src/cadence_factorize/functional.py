@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool, check_int, check_number
-from cadence.ops.surgery import Policy, SurgeryReport, no_effect, replace_modules
+from cadence.ops.surgery import Policy, SurgeryReport, no_effect, policy_for, replace_modules
 from cadence_factorize.layers import FactorizedConv2d, FactorizedLinear, max_rank_with_speedup, resolve_latent_size
 
 __all__ = ["apply_factorization", "check_factorize_args", "check_latent_size", "factorizing_could_speedup"]
@@ -119,7 +119,7 @@ def apply_factorization(
         return SurgeryReport("Factorize")
     policies: dict[type[nn.Module], Policy] = {}
     if factorize_convs:
-        policies[nn.Conv2d] = factorized_conv  # type: ignore[assignment]
+        policies[nn.Conv2d] = policy_for(nn.Conv2d, factorized_conv)
     if factorize_linears:
-        policies[nn.Linear] = factorized_linear  # type: ignore[assignment]
+        policies[nn.Linear] = policy_for(nn.Linear, factorized_linear)
     return replace_modules(model, policies, optimizers=optimizers, method="Factorize", strict=strict)

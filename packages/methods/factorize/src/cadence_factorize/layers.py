@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -132,7 +132,9 @@ def _conv_samples(X: torch.Tensor, kernel_size: tuple[int, ...], padding: object
     """Every receptive field of `X` (stride 1: the most samples) as a row ``(C_in * kh * kw,)``."""
     if padding == "same":
         padding = tuple(d * (k - 1) // 2 for d, k in zip(_pair(dilation), kernel_size))
-    patches = F.unfold(X, kernel_size, dilation=dilation, padding=0 if padding == "valid" else padding)
+    patches = F.unfold(
+        X, kernel_size, dilation=_pair(dilation), padding=(0, 0) if padding == "valid" else _pair(padding)
+    )
     return patches.transpose(1, 2).reshape(-1, patches.shape[1])
 
 
@@ -192,6 +194,8 @@ class _Factorized(nn.Module):
     """What both layers share: ``module1(module0(x))``, the bias, and lowering the rank on data."""
 
     latent_size: int
+    module0: nn.Linear | nn.Conv2d
+    module1: nn.Linear | nn.Conv2d
     _transposed: ClassVar[bool] = False  # whether the layer's weights are the solution's matrices transposed
 
     def _layers(self, latent: int, device: torch.device | str | None, dtype: torch.dtype | None) -> None:
@@ -219,12 +223,12 @@ class _Factorized(nn.Module):
     def apply_solution(self, solution: LowRankSolution) -> None:
         """Use `solution`'s factors: new sublayers of its rank, hence new Parameters (build or rebind
         optimizers afterwards). A fitted bias is dropped when the layer has none."""
-        if solution.Wb is None:
+        if solution.Wa is None or solution.Wb is None:
             raise ValueError("the solution is not factorized (its rank was too large): nothing to apply")
         weight = self.module0.weight
         self.latent_size = solution.rank
         self._layers(solution.rank, weight.device, weight.dtype)
-        first, second = (solution.Wa.T, solution.Wb.T) if self._transposed else (solution.Wa, solution.Wb)  # type: ignore[union-attr]
+        first, second = (solution.Wa.T, solution.Wb.T) if self._transposed else (solution.Wa, solution.Wb)
         self._load(first, second, solution.bias)
 
     def set_rank(self, input: torch.Tensor, rank: int) -> None:
@@ -244,6 +248,8 @@ class FactorizedLinear(_Factorized):
     """
 
     _transposed = True  # factorize_matrix works on (in, out) matrices; nn.Linear holds (out, in)
+    module0: nn.Linear
+    module1: nn.Linear
 
     def __init__(
         self,
@@ -304,6 +310,9 @@ class FactorizedConv2d(_Factorized):
     `from_conv2d`. ``weight`` and ``bias`` read the dense ``k x k`` equivalent.
     """
 
+    module0: nn.Conv2d
+    module1: nn.Conv2d
+
     def __init__(
         self,
         in_channels: int,
@@ -314,7 +323,7 @@ class FactorizedConv2d(_Factorized):
         padding: str | int | tuple[int, int] = 0,
         dilation: int | tuple[int, int] = 1,
         bias: bool = True,
-        padding_mode: str = "zeros",
+        padding_mode: Literal["zeros", "reflect", "replicate", "circular"] = "zeros",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ):

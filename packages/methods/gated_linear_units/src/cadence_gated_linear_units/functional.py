@@ -8,13 +8,14 @@ handle) become `GPT2GatedMLP`. Modules are recognised by class name: transformer
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool, check_callable
 from cadence.ops.surgery import Policy, SurgeryReport, replace_modules, unwrap_model
-from cadence_gated_linear_units.layers import BERTGatedFFOutput, GPT2GatedMLP
+from cadence_gated_linear_units.layers import Activation, BERTGatedFFOutput, GPT2GatedMLP
 
 __all__ = [
     "BERT_FEED_FORWARDS",
@@ -43,10 +44,12 @@ def check_gated_linear_units_args(
 
 def _feed_forwards(model: nn.Module) -> list[tuple[nn.Module, nn.Module]]:
     """(intermediate, output) of every transformer layer that holds a BERT-family feed-forward block."""
-    pairs = []
+    pairs: list[tuple[nn.Module, nn.Module]] = []
     for layer in model.modules():
         intermediate, output = getattr(layer, "intermediate", None), getattr(layer, "output", None)
-        if output is not None and BERT_FEED_FORWARDS.get(type(intermediate).__name__) == type(output).__name__:
+        if intermediate is None or output is None:
+            continue
+        if BERT_FEED_FORWARDS.get(type(intermediate).__name__) == type(output).__name__:
             pairs.append((intermediate, output))
     return pairs
 
@@ -110,11 +113,11 @@ def apply_gated_linear_units(
         intermediate = intermediate_of.get(id(module))
         if intermediate is None:
             return None
-        activation = act_fn or intermediate.intermediate_act_fn
+        activation = act_fn or cast(Activation, intermediate.intermediate_act_fn)  # HF's: a function or a module
         return BERTGatedFFOutput.from_bert_output(module, activation, *biases)
 
     def gpt2_mlp(module: nn.Module, path: str) -> nn.Module:
-        return GPT2GatedMLP.from_gpt2_mlp(module, act_fn or module.act, *biases)
+        return GPT2GatedMLP.from_gpt2_mlp(module, act_fn or cast(Activation, module.act), *biases)  # as above
 
     policies: dict[type[nn.Module], Policy] = {
         type(m): gpt2_mlp for m in target.modules() if type(m).__name__ in GPT2_MLPS

@@ -8,6 +8,7 @@ modules into HuggingFace BERT-family and GPT-2 models; models built by hand use 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
@@ -58,10 +59,12 @@ class BERTGatedFFOutput(nn.Module):
     ) -> BERTGatedFFOutput:
         """The gated block for a ``BertOutput``: new gate projections; the block's own output projection,
         dropout and LayerNorm (same role, same shape) are kept, with their weights and optimizer state."""
-        dense = output.dense
-        d_embed, d_ff, eps = dense.out_features, dense.in_features, output.LayerNorm.eps
-        block = cls(d_embed, d_ff, output.dropout.p, act_fn, eps, gated_layer_bias, non_gated_layer_bias)
-        block.wo, block.dropout, block.layernorm = dense, output.dropout, output.LayerNorm
+        # what HF's BertOutput holds (transformers is not imported, so the checker cannot see it)
+        dense, dropout = cast(nn.Linear, output.dense), cast(nn.Dropout, output.dropout)
+        layernorm = cast(nn.LayerNorm, output.LayerNorm)
+        d_embed, d_ff = dense.out_features, dense.in_features
+        block = cls(d_embed, d_ff, dropout.p, act_fn, layernorm.eps, gated_layer_bias, non_gated_layer_bias)
+        block.wo, block.dropout, block.layernorm = dense, dropout, layernorm
         return block.train(output.training)  # a model in eval mode stays in eval mode
 
     def forward(self, hidden_states: torch.Tensor, residual_connection: torch.Tensor) -> torch.Tensor:
@@ -103,9 +106,10 @@ class GPT2GatedMLP(nn.Module):
     ) -> GPT2GatedMLP:
         """The gated MLP for a ``GPT2MLP``: new gate projections; its output projection ``c_proj`` (a
         transformers ``Conv1D``) and dropout are kept, with their weights and optimizer state."""
-        d_embed, d_ff = mlp.c_fc.weight.shape  # Conv1D stores (in, out)
-        block = cls(d_embed, d_ff, mlp.dropout.p, act_fn, gated_layer_bias, non_gated_layer_bias)
-        block.wo, block.dropout = mlp.c_proj, mlp.dropout
+        d_embed, d_ff = mlp.get_parameter("c_fc.weight").shape  # Conv1D stores (in, out)
+        dropout = cast(nn.Dropout, mlp.dropout)  # what HF's GPT2MLP holds (the checker cannot see it)
+        block = cls(d_embed, d_ff, dropout.p, act_fn, gated_layer_bias, non_gated_layer_bias)
+        block.wo, block.dropout = mlp.get_submodule("c_proj"), dropout
         return block.train(mlp.training)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from cadence.ops.checks import check_int
-from cadence.ops.surgery import SurgeryReport, replace_modules
+from cadence.ops.surgery import Policy, SurgeryReport, policy_for, replace_modules
 from cadence_ghost_batchnorm.layers import GhostBatchNorm1d, GhostBatchNorm2d, GhostBatchNorm3d
 
 __all__ = ["apply_ghost_batchnorm", "check_ghost_batchnorm_args"]
@@ -49,8 +50,9 @@ def apply_ghost_batchnorm(
         The `SurgeryReport`: which layers were replaced, by path.
     """
     check_ghost_batchnorm_args(ghost_batch_size)
-    policies = {
-        batchnorm: lambda module, path, ghost=ghost: ghost.from_batchnorm(module, ghost_batch_size)
-        for batchnorm, ghost in _GHOSTS.items()
-    }
+
+    def ghost(module: _BatchNorm, path: str) -> nn.Module:
+        return _GHOSTS[type(module)].from_batchnorm(module, ghost_batch_size)
+
+    policies: dict[type[nn.Module], Policy] = {batchnorm: policy_for(batchnorm, ghost) for batchnorm in _GHOSTS}
     return replace_modules(model, policies, optimizers=optimizers, method="GhostBatchNorm", strict=strict)

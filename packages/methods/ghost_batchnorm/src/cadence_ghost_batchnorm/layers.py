@@ -20,6 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from cadence.ops.checks import check_int
 
@@ -57,7 +58,7 @@ def _ghost_batch_norm(
 torch.fx.wrap("_ghost_batch_norm")  # a leaf for torch.fx.symbolic_trace: the chunk count depends on the batch size
 
 
-class _GhostBatchNorm:
+class _GhostBatchNorm(_BatchNorm):
     """What the three ghost classes add to their `torch.nn.BatchNorm*d` base."""
 
     _ndims: tuple[int, ...] = ()
@@ -97,7 +98,7 @@ class _GhostBatchNorm:
         )
 
     @classmethod
-    def from_batchnorm(cls, module: nn.Module, ghost_batch_size: int = 32) -> nn.Module:
+    def from_batchnorm(cls, module: _BatchNorm, ghost_batch_size: int = 32) -> nn.Module:
         """The ghost version of `module`, holding `module`'s own parameters and buffers (nothing is copied)."""
         args = (module.num_features, ghost_batch_size, module.eps, module.momentum, module.affine)
         ghost = cls(*args, module.track_running_stats, device="meta")  # placeholders, replaced below

@@ -4,6 +4,7 @@ https://arxiv.org/abs/2102.06171), in place on the gradients of a model. Torch o
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 import torch
 from torch import nn
@@ -71,7 +72,7 @@ def apply_gradient_clipping(
     else:
         with torch.no_grad():
             for param in with_grads:
-                grad = param.grad.detach()
+                grad = cast(torch.Tensor, param.grad).detach()  # with_grads holds the parameters that have one
                 grad.mul_(adaptive_clipping_coefficient(param.detach(), grad, threshold))
 
 

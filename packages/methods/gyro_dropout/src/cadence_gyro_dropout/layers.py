@@ -49,6 +49,9 @@ class GyroDropoutLayer(nn.Module):
         generator: draws the pool and the picks, on the input's device (the global RNG when None).
     """
 
+    preselect_masks: torch.Tensor  # buffers
+    selected_masks: torch.Tensor
+
     def __init__(
         self,
         iters_per_epoch: int,

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from cadence.ops.checks import check_choice
-from cadence.ops.surgery import SurgeryReport, no_effect, replace_modules
+from cadence.ops.surgery import SurgeryReport, no_effect, policy_for, replace_modules
 from cadence_low_precision_groupnorm.layers import LPGroupNorm
 
 __all__ = ["PRECISIONS", "apply_low_precision_groupnorm", "check_low_precision_groupnorm_args"]
@@ -56,7 +56,7 @@ def apply_low_precision_groupnorm(
         return SurgeryReport("LowPrecisionGroupNorm")
     return replace_modules(
         model,
-        {nn.GroupNorm: lambda layer, path: LPGroupNorm.from_groupnorm(layer)},
+        {nn.GroupNorm: policy_for(nn.GroupNorm, lambda layer, path: LPGroupNorm.from_groupnorm(layer))},
         optimizers=optimizers,
         method="LowPrecisionGroupNorm",
         strict=strict,

@@ -47,9 +47,10 @@ def low_precision_group_norm(
 ) -> torch.Tensor:
     """``F.group_norm`` in the autocast dtype while autocast is on for `input`'s device; plain otherwise."""
     device_type = input.device.type
-    if autocast_dtype(device_type) is None:
+    dtype = autocast_dtype(device_type)
+    if dtype is None:
         return F.group_norm(input, num_groups, weight, bias, eps)
-    input, weight, bias = (cast_if_autocast_enabled(t) for t in (input, weight, bias))
+    input, weight, bias = input.to(dtype), cast_if_autocast_enabled(weight), cast_if_autocast_enabled(bias)
     with torch.autocast(device_type, enabled=False):  # no upcast to fp32 of the low-precision tensors
         return F.group_norm(input, num_groups, weight, bias, eps)
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool, check_choice
-from cadence.ops.surgery import SurgeryReport, no_effect, replace_modules
+from cadence.ops.surgery import SurgeryReport, no_effect, policy_for, replace_modules
 from cadence_low_precision_layernorm.layers import LPLayerNorm
 
 __all__ = ["apply_low_precision_layernorm", "check_low_precision_layernorm_args"]
@@ -62,5 +62,7 @@ def apply_low_precision_layernorm(
         )
         no_effect(message, strict=strict, stacklevel=2)
         return SurgeryReport("LowPrecisionLayerNorm")
-    policy = {nn.LayerNorm: lambda module, path: LPLayerNorm.from_layernorm(module)}
-    return replace_modules(model, policy, optimizers=optimizers, method="LowPrecisionLayerNorm", strict=strict)
+    policy = policy_for(nn.LayerNorm, lambda module, path: LPLayerNorm.from_layernorm(module))
+    return replace_modules(
+        model, {nn.LayerNorm: policy}, optimizers=optimizers, method="LowPrecisionLayerNorm", strict=strict
+    )

@@ -82,5 +82,5 @@ def check_alpha(alpha: Any) -> float:
 def _check_mixing(mixing: Any) -> None:
     if isinstance(mixing, bool) or not isinstance(mixing, numbers.Real):
         raise TypeError(f"`mixing` must be a number in [0, 1] or None, got {mixing!r}")
-    if not 0.0 <= mixing <= 1.0:
+    if not 0.0 <= float(mixing) <= 1.0:
         raise ValueError(f"`mixing` must be in [0, 1], got {mixing!r}")

@@ -66,14 +66,14 @@ def progressive_resizing_scale(
 
 def resize_batch(
     input: torch.Tensor,
-    target: torch.Tensor,
+    target: torch.Tensor | None,
     scale_factor: float,
     mode: str = "resize",
     resize_targets: bool = False,
     *,
     interpolation: str = "nearest",
     generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Shrink a batch of images (and, optionally, dense targets) to ``int(scale_factor * size)``.
 
     Args:
@@ -100,15 +100,25 @@ def resize_batch(
     check_interpolation(interpolation)
     if not isinstance(input, torch.Tensor) or input.ndim != 4:
         raise ValueError(f"`input` must be an (N, C, H, W) tensor, got {getattr(input, 'shape', type(input))}")
-    if resize_targets and (not isinstance(target, torch.Tensor) or target.ndim not in (3, 4)):
-        raise ValueError("`resize_targets`=True needs a (N, H, W) or (N, C, H, W) target tensor")
+    dense = _target_to_resize(target, resize_targets)
     if scale_factor >= 1:
         return input, target
     if mode == "crop":
-        return _crop(input, target, scale_factor, resize_targets, generator)
-    new_input = _interpolate(input, scale_factor, interpolation)
-    target_mode = "nearest" if interpolation == "nearest" else "nearest-exact"
-    return new_input, (_interpolate(target, scale_factor, target_mode) if resize_targets else target)
+        new_input, new_dense = _crop(input, dense, scale_factor, generator)
+    else:
+        new_input = _interpolate(input, scale_factor, interpolation)
+        target_mode = "nearest" if interpolation == "nearest" else "nearest-exact"
+        new_dense = None if dense is None else _interpolate(dense, scale_factor, target_mode)
+    return new_input, (target if new_dense is None else new_dense)
+
+
+def _target_to_resize(target: torch.Tensor | None, resize_targets: bool) -> torch.Tensor | None:
+    """`target` when it is resized with the images (a mask, checked), else None."""
+    if not resize_targets:
+        return None
+    if not isinstance(target, torch.Tensor) or target.ndim not in (3, 4):
+        raise ValueError("`resize_targets`=True needs a (N, H, W) or (N, C, H, W) target tensor")
+    return target
 
 
 def _size(size: int, scale: float) -> int:
@@ -133,21 +143,17 @@ def _interpolate(x: torch.Tensor, scale: float, mode: str) -> torch.Tensor:
 
 
 def _crop(
-    input: torch.Tensor,
-    target: torch.Tensor,
-    scale: float,
-    resize_targets: bool,
-    generator: torch.Generator | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One crop for the whole batch; its offsets stay on the device (no host sync)."""
+    input: torch.Tensor, target: torch.Tensor | None, scale: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One crop for the whole batch (and `target`, unless None); its offsets stay on the device (no host sync)."""
     height, width = input.shape[-2:]
     crop_h, crop_w = _size(height, scale), _size(width, scale)
     device = input.device
     top = torch.randint(0, height - crop_h + 1, (), generator=generator, device=device)
     left = torch.randint(0, width - crop_w + 1, (), generator=generator, device=device)
     new_input = _same_format(_take(input, top, left, crop_h, crop_w), input)
-    if not resize_targets:
-        return new_input, target
+    if target is None:
+        return new_input, None
     t_height, t_width = target.shape[-2:]  # the same region, in the target's own resolution
     t_top, t_left = top * t_height // height, left * t_width // width
     new_target = _take(target, t_top, t_left, _size(t_height, scale), _size(t_width, scale))

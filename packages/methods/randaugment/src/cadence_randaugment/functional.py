@@ -86,11 +86,14 @@ def randaugment_batch(
     ops = check_randaugment_args(severity, depth, augmentation_set)
     if per_sample_on_cpu(images):  # large images on CPU: the same draws, then each image's pipeline alone
         n, _, h, w = images.shape
-        plan = plan_ops(*draw_ops(n, ops, severity, depth, (h, w), generator, images.device), h, w)
+        groups, magnitudes, matrices = plan_ops(
+            *draw_ops(n, ops, severity, depth, (h, w), generator, images.device), h, w
+        )
 
         def one(j: int, image: torch.Tensor) -> torch.Tensor:
             pixels, restore, eight_bit = to_pixels(image, any_range=True)
-            return restore(apply_plan(pixels, tuple(t[:, j : j + 1] for t in plan), quantize=eight_bit))
+            columns = (groups[:, j : j + 1], magnitudes[:, j : j + 1], matrices[:, j : j + 1])
+            return restore(apply_plan(pixels, columns, quantize=eight_bit))
 
         return each_sample(one, images)
     pixels, restore, eight_bit = to_pixels(images, any_range=True)

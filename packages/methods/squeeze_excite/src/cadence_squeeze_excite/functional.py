@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from cadence.ops.checks import check_int, check_number
-from cadence.ops.surgery import SurgeryReport, replace_modules
+from cadence.ops.surgery import Policy, SurgeryReport, policy_for, replace_modules
 from cadence_squeeze_excite.layers import SqueezeExciteConv2d
 
 __all__ = ["apply_squeeze_excite", "check_squeeze_excite_args"]
@@ -63,5 +63,5 @@ def apply_squeeze_excite(
             return SqueezeExciteConv2d.from_conv2d(conv, latent_channels=latent_channels)
         return None
 
-    policies = {nn.Conv2d: add_block}
+    policies: dict[type[nn.Module], Policy] = {nn.Conv2d: policy_for(nn.Conv2d, add_block)}
     return replace_modules(model, policies, optimizers=optimizers, method="SqueezeExcite", strict=strict)

@@ -8,13 +8,11 @@ residual contract). Torch only.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
 from cadence.ops.checks import ArgumentTypeError, check_choice, check_number
-from cadence.ops.surgery import SurgeryReport, no_effect, replace_modules, unwrap_model
+from cadence.ops.surgery import Policy, SurgeryReport, no_effect, replace_modules, unwrap_model
 from cadence_stochastic_depth.layers import (
     KNOWN_BLOCKS,
     STOCHASTIC_METHODS,
@@ -137,7 +135,7 @@ def apply_stochastic_depth(
 
     if not blocks:
         return _nothing_to_wrap(target, target_layer_name, some_stochastic, strict)
-    policies: dict[type[nn.Module], Any] = {type(block): policy for block in blocks}
+    policies: dict[type[nn.Module], Policy] = {type(block): policy for block in blocks}
     return replace_modules(model, policies, method="StochasticDepth", strict=strict)
 
 

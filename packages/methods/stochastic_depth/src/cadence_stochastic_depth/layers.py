@@ -23,7 +23,7 @@ depth needs its three parts. `residual_parts` finds them by the block's class:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard, cast
 
 import torch
 from torch import nn
@@ -174,9 +174,14 @@ class StochasticResNetBlock:
     by the torchvision block itself (``relu(downsample(x) + keep * branch(x))``).
 
     Its instances carry ``drop_rate`` (float), ``stochastic_method`` and ``generator`` as attributes,
-    none of them in the state dict: the block's keys stay torchvision's. (No class annotations: TorchScript
-    would read them as strings.)
+    none of them in the state dict: the block's keys stay torchvision's. (No class annotations at run time:
+    TorchScript would read them as strings.)
     """
+
+    if TYPE_CHECKING:  # set per instance by stochastic_resnet_block
+        drop_rate: float
+        stochastic_method: str
+        generator: torch.Generator | None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x
@@ -249,12 +254,13 @@ def stochastic_resnet_block(
         raise TypeError(f"stochastic_resnet_block takes torchvision's BasicBlock or Bottleneck, not {cls.__qualname__}")
     new = object.__new__(__getattr__(f"Stochastic{cls.__qualname__}"))
     new.__dict__.update({k: v.copy() if isinstance(v, dict) else v for k, v in block.__dict__.items()})
-    new.drop_rate = check_number("drop_rate", drop_rate, ge=0, le=1)
-    new.stochastic_method = check_choice("stochastic_method", stochastic_method, STOCHASTIC_METHODS)
-    new.generator = generator
+    stochastic = cast(StochasticResNetBlock, new)  # __getattr__ built its class on StochasticResNetBlock
+    stochastic.drop_rate = check_number("drop_rate", drop_rate, ge=0, le=1)
+    stochastic.stochastic_method = check_choice("stochastic_method", stochastic_method, STOCHASTIC_METHODS)
+    stochastic.generator = generator
     return new
 
 
-def is_stochastic(module: nn.Module) -> bool:
+def is_stochastic(module: nn.Module) -> TypeGuard[StochasticBlock | StochasticResNetBlock]:
     """Whether `module` is a stochastic-depth block of either layout."""
     return isinstance(module, (StochasticBlock, StochasticResNetBlock))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 import torch
 
@@ -99,7 +100,8 @@ class SWA(Method):
         """The average replaces the training weights, with BatchNorm statistics recomputed for it."""
         load_weights(state.model, self._averaged)
         epoch = state.timestamp.epoch
-        batches = training_batches(state.dataloader, epoch, state.device, state.device_train_microbatch_size)
+        loader = cast(Iterable[Any], state.dataloader)  # set: this runs on a training event
+        batches = training_batches(loader, epoch, state.device, state.device_train_microbatch_size)
         with autocast_context(state.precision, state.device):
             recompute_bn_statistics(state.model, batches)
         self._averaged, self.swa_completed = {}, True
@@ -113,7 +115,8 @@ class SWA(Method):
 
     def _run_ends(self, event: Event, state: State) -> bool:
         """The run ends here, and none of this method's update events comes before its final evaluation."""
-        epoch_end_follows = bool(state.dataloader_len) and state.timestamp.batch_in_epoch >= state.dataloader_len
+        epoch_length = state.dataloader_len
+        epoch_end_follows = bool(epoch_length and state.timestamp.batch_in_epoch >= epoch_length)
         return state.is_done() and not (
             event is Event.BATCH_END and self._update_event is Event.EPOCH_END and epoch_end_follows
         )

@@ -13,7 +13,7 @@ import copy
 import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -157,7 +157,9 @@ def recompute_bn_statistics(
         raise ValueError("`batches` yielded nothing: the BatchNorm statistics cannot be recomputed")
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         world = torch.distributed.get_world_size()
-        for statistic in (s for norm in norms for s in (norm.running_mean, norm.running_var)):
+        # cast: the norms track running statistics, so they hold them
+        statistics = [cast(torch.Tensor, s) for norm in norms for s in (norm.running_mean, norm.running_var)]
+        for statistic in statistics:
             torch.distributed.all_reduce(statistic)
             statistic.div_(world)
     return seen

@@ -87,7 +87,7 @@ def is_standardized(conv: nn.Module) -> bool:
     """Whether `conv.weight` is already parametrised by a `WeightStandardizer`."""
     if not parametrize.is_parametrized(conv, "weight"):
         return False
-    return any(isinstance(p, WeightStandardizer) for p in conv.parametrizations["weight"])
+    return any(isinstance(p, WeightStandardizer) for p in conv.get_submodule("parametrizations.weight").children())
 
 
 def standardize_conv_weights(
