@@ -76,7 +76,7 @@ def _t_quantile(confidence: float, dof: int) -> float:
     return float(t.ppf(0.5 + confidence / 2, dof))
 
 
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> Interval:
     """Mean and Student-t confidence interval of independent values."""
     data = np.asarray(values, dtype=float)
     n = len(data)
@@ -89,7 +89,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     return Interval(mean, mean - half, mean + half, n)
 
 
-def log_t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+def log_t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> Interval:
     """Mean of positive values (a cost) with a Student-t interval on the log scale: ``mean · exp(±t·s_log/√n)``.
 
     Values that are not all positive get the plain `t_interval`.

@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -166,6 +167,11 @@ def _images(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return (images * 255).round().to(torch.uint8) if dtype == torch.uint8 else images
 
 
+def _each(function: Callable[..., Any], images: torch.Tensor, generator: torch.Generator) -> list[Any]:
+    """The own loop: `function` on one image after another, drawing from `generator`."""
+    return [function(image, generator=generator) for image in images]
+
+
 def _batched_and_pil(
     batched: Callable[..., Any],
     pil: Callable[[torch.Tensor, Any], torch.Tensor] | None,
@@ -187,7 +193,7 @@ def batched_vs_per_image(
     repeats: int = REPEATS, shapes: Sequence[Sequence[int]] = SHAPES, clock: str = "wall"
 ) -> list[tuple[str, str, float | None, float | None, float | None]]:
     """(method, shape, PIL per-image ms, own loop ms, batched ms) rows; None where a part is missing."""
-    rows = []
+    rows: list[tuple[str, str, float | None, float | None, float | None]] = []
     for method in ("randaugment", "augmix"):
         per_image, batched = _function(f"{method}_image"), _function(f"{method}_batch")
         pil = pil_per_image(method)
@@ -198,8 +204,8 @@ def batched_vs_per_image(
                 continue
             images = _images(shape, torch.uint8)
             generator = torch.Generator().manual_seed(0)
-            calls = {
-                "loop": lambda f=per_image, x=images, g=generator: [f(image, generator=g) for image in x],
+            calls: dict[str, Callable[[], Any]] = {
+                "loop": partial(_each, per_image, images, generator),
                 **_batched_and_pil(batched, pil, images, generator),
             }
             timings = _median_ms(calls, repeats, clock)
@@ -223,7 +229,7 @@ def method_costs(repeats: int = REPEATS, clock: str = "wall") -> list[tuple[str,
         if function is None:
             rows.append((name, None))
             continue
-        rows.append((name, _median_ms({name: lambda c=call, f=function: c(f)}, repeats, clock)[name]))
+        rows.append((name, _median_ms({name: partial(call, function)}, repeats, clock)[name]))
     return rows
 
 

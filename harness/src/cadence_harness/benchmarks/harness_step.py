@@ -216,10 +216,11 @@ def control_run(data: Data, steps: int, now: Callable[[], tuple[float, ...]] = _
 
 def measure(data: Data, steps: int, repeats: int, store: MLflowStore) -> dict[str, list[Lockstep]]:
     """Every variant and the A/A control `repeats` times, interleaved, after a warm-up round (first runs are slower)."""
-    runs = {
-        name: lambda pieces=pieces: trainer_run(data, steps, pieces, store)[0] for pieces, name in enumerate(VARIANTS)
-    }
-    runs[CONTROL] = lambda: control_run(data, steps)
+
+    def variant(pieces: int) -> Callable[[], Lockstep]:  # `trainer_run` with these pieces, giving its marks
+        return lambda: trainer_run(data, steps, pieces, store)[0]
+
+    runs = {name: variant(pieces) for pieces, name in enumerate(VARIANTS)} | {CONTROL: lambda: control_run(data, steps)}
     for run in runs.values():
         run()
     results: dict[str, list[Lockstep]] = {name: [] for name in runs}

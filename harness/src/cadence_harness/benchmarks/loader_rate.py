@@ -45,12 +45,13 @@ class _PlainFlipCrop:
         return self.flip_crop(images, generator)
 
 
-def _rate(batches: Callable[[], Iterable[Any]], count: Callable[[Any], int], repeats: int) -> tuple[float, float]:
-    """(samples/s on main-thread CPU time, on the wall clock): the median of `repeats` passes after a warm-up."""
+def _rate(batches: Iterable[Any], count: Callable[[Any], int], repeats: int) -> tuple[float, float]:
+    """(samples/s on main-thread CPU time, on the wall clock): the median of `repeats` passes over `batches` (a
+    loader: each pass iterates it anew) after a warm-up."""
     cpu, wall = [], []
     for repeat in range(repeats + 1):
         start_cpu, start_wall = time.thread_time(), time.perf_counter()
-        samples = sum(count(batch) for batch in batches())
+        samples = sum(count(batch) for batch in batches)
         if repeat:
             cpu.append(samples / (time.thread_time() - start_cpu))
             wall.append(samples / (time.perf_counter() - start_wall))
@@ -78,7 +79,7 @@ def image_rows(limit: int | None, repeats: int) -> tuple[str, list[tuple[str, fl
     rows = []
     for name, augment in variants.items():
         loader = loaders.TensorLoader((x, y), batch_size=IMAGE_BATCH, shuffle=True, drop_last=True, augment=augment)
-        rows.append((name, *_rate(lambda loader=loader: loader, lambda batch: len(batch[1]), repeats)))
+        rows.append((name, *_rate(loader, lambda batch: len(batch[1]), repeats)))
     return f"{source}: {len(y)} images {tuple(x.shape[1:])}, batches of {IMAGE_BATCH}", rows
 
 
@@ -125,7 +126,7 @@ def text_rows(limit: int | None, repeats: int) -> tuple[str, list[str], list[tup
     }
     rows = []
     for name, loader in variants.items():
-        rate = _rate(lambda loader=loader: loader, lambda batch: len(batch["labels"]), repeats)
+        rate = _rate(loader, lambda batch: len(batch["labels"]), repeats)
         rows.append((name, *rate, *_shape_stats(loader)))
     return f"{source}: {len(texts)} texts, max_length {MAX_LENGTH}, batches of {TEXT_BATCH}", notes, rows
 

@@ -200,9 +200,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[tuple[float, float]]]:
     for row, times in rows.items():
         ours, theirs = statistics.median(o for o, _ in times), statistics.median(t for _, t in times)
         print(f"{row:<44} {ours:9.1f} {theirs:9.1f} {ours - theirs:+8.1f}")
-    for row, times in eval_phase_times(marks).items():
-        if times:
-            print(f"{row:<44} {statistics.median(times):9.1f} {'':>9} {'':>8}  (the harness's, per batch)")
+    for row, per_batch in eval_phase_times(marks).items():
+        if per_batch:
+            print(f"{row:<44} {statistics.median(per_batch):9.1f} {'':>9} {'':>8}  (the harness's, per batch)")
     return rows
 
 

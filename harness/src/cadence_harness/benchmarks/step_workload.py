@@ -53,8 +53,10 @@ class Data:
     @classmethod
     def build(cls, batch_size: int, device: torch.device = CPU) -> Data:
         images = synthetic_images(STEPS_PER_EPOCH * batch_size, EVAL_BATCHES * EVAL_BATCH_SIZE, IMAGE_SIZE, CLASSES)
-        tensors = (t.to(device) for t in (images.train_x, images.train_y, images.test_x, images.test_y))
-        return cls(*tensors, batch_size=batch_size, device=device)
+        train_x, train_y, test_x, test_y = (
+            t.to(device) for t in (images.train_x, images.train_y, images.test_x, images.test_y)
+        )
+        return cls(train_x, train_y, test_x, test_y, batch_size=batch_size, device=device)
 
     def train_loader(self) -> loaders.TensorLoader:
         augment = loaders.make_augment("flip_crop", IMAGE_SIZE)

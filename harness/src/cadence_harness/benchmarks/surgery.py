@@ -101,14 +101,14 @@ def measure(
     reason a method refuses such batches."""
     images = torch.rand(shape, generator=torch.Generator().manual_seed(0))
     refused = {v.name: reason for v in variants if (reason := _refusal(v, images)) is not None}
-    timed = [v for v in variants if v.model is not None and v.name not in refused]
-    for variant in timed:
-        variant.model.train()
-        _step(variant.model, images, clock)  # warm-up: first-call allocations, lazy initialisation
-    times: dict[str, list[tuple[float, float]]] = {v.name: [] for v in timed}
+    timed = [(v.name, v.model) for v in variants if v.model is not None and v.name not in refused]
+    for _, model in timed:
+        model.train()
+        _step(model, images, clock)  # warm-up: first-call allocations, lazy initialisation
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in timed}
     for _ in range(repeats):  # interleaved: drift in machine load hits every variant alike
-        for variant in timed:
-            times[variant.name].append(_step(variant.model, images, clock))
+        for name, model in timed:
+            times[name].append(_step(model, images, clock))
     medians = {
         name: (statistics.median(t[0] for t in values), statistics.median(t[1] for t in values))
         for name, values in times.items()
@@ -117,7 +117,9 @@ def measure(
 
 
 def print_table(variants: list[Variant], shape: tuple[int, ...], medians: dict[str, tuple[float, float] | str]) -> None:
-    forward_plain, step_plain = medians["plain"]  # type: ignore[misc]
+    plain = medians["plain"]
+    assert not isinstance(plain, str)  # the plain model has no method to refuse a batch size
+    forward_plain, step_plain = plain
     print(f"\nResNet-18, training step on {'x'.join(map(str, shape))} images")
     print(f"{'method':<26} {'forward':>10} {'vs plain':>9} {'fwd+bwd':>10} {'vs plain':>9}  notes")
     for variant in variants:

@@ -368,11 +368,11 @@ def write_index(
 
     for section in eligible:
         prefix = plot_prefix(section, given)
-        plot = f"{prefix}-pareto.png" if (index_dir / f"{prefix}-pareto.png").is_file() else None
+        plot_link = f"{prefix}-pareto.png" if (index_dir / f"{prefix}-pareto.png").is_file() else None
         if section.has_tradeoff and (index_dir / f"{prefix}-tradeoff.png").is_file():
-            plot = f"{prefix}-tradeoff.png"
+            plot_link = f"{prefix}-tradeoff.png"
         short = study_in_short(section)
-        lines += ["", experiment_section(section, plot, level="##", study=study, throughput=True, short=short)]
+        lines += ["", experiment_section(section, plot_link, level="##", study=study, throughput=True, short=short)]
         if section.has_tradeoff:
             front = pareto_points(section.curves, "flops")
             lines += ["", "Pareto front (FLOPs): " + "; ".join(f"{a} at {b}" for a, b, _, _ in front)]

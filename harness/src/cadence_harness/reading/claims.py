@@ -306,8 +306,8 @@ def _decide(evidence: _Evidence, adjusted: Mapping[tuple[int, str], float], size
     if consistent:
         return Judgement(CONSISTENT, text, family)
     if contradicts:
-        short = short_note if any(t.p_short is not None for t in evidence.tests) else ""
-        return Judgement(CONTRADICTS, text + short, family)
+        below = short_note if any(t.p_short is not None for t in evidence.tests) else ""
+        return Judgement(CONTRADICTS, text + below, family)
     return Judgement(INCONCLUSIVE, text + ": the interval is too wide to tell", family)
 
 

@@ -316,21 +316,23 @@ def greedy_search(
         return search
     search.recipe, search.speedup = (eligible[0][0],), eligible[0][1]
     while True:
-        round_, missing = Round(search.recipe, []), []
+        round_ = Round(search.recipe, [])
+        missing: list[str] = []
         search.rounds.append(round_)
         for method, _ in eligible:
             if method in search.recipe or (conflict and conflict((*search.recipe, method))):
                 continue
             methods = frozenset((*search.recipe, method))
-            curve, against = (curves[methods], base) if methods in curves else (screens.get(methods), cyclic_base)
-            arm = curve.arm if curve else "+".join((*search.recipe, method))  # a screened arm keeps its spelling
-            if curve is not None and against is not None and _partial_screen(curve, against):
-                curve = None  # the grid runs the rest of an interrupted screen (it skips the finished runs)
-            if curve is None:
+            candidate, against = (curves[methods], base) if methods in curves else (screens.get(methods), cyclic_base)
+            arm = candidate.arm if candidate else "+".join((*search.recipe, method))  # a screened arm's own spelling
+            if candidate is not None and against is not None and _partial_screen(candidate, against):
+                candidate = None  # the grid runs the rest of an interrupted screen (it skips the finished runs)
+            if candidate is None:
                 missing.append(arm)
                 if run_length is not None and cyclic_base is not None and (follows := run_length(arm)):
                     search.by_run_length[arm] = follows  # the grid runs its sweep, on seed 0
-            round_.tried.append((arm, speedup_at_baseline_best(curve, against, unit) if curve and against else None))
+            speedup_at_best = speedup_at_baseline_best(candidate, against, unit) if candidate and against else None
+            round_.tried.append((arm, speedup_at_best))
         if missing:
             search.to_run = missing
             return search

@@ -100,7 +100,9 @@ def identity_arms(records: Sequence[RunRecord]) -> NoiseFloor | None:
     for record in records:
         if record.arm != "baseline" and not record.cycles:
             by_arm[record.arm].append(record)
-    arms, ratios, elsewhere, machines, on_gpu = [], [], [], set(), False
+    ratios: list[tuple[str, int, float]] = []  # (the arm's budget, seed, ratio): `NoiseFloor.ratios`
+    elsewhere: list[tuple[str, int, float]] = []  # the same, each pair on two machines
+    arms, machines, on_gpu = [], set(), False
     for arm, runs in sorted(by_arm.items()):
         pairs, gpu = [], False
         for run in runs:

@@ -97,9 +97,13 @@ def effects(section: Section, arm: str) -> tuple[list[str], list[str]]:
     time to the same accuracy, each where the study's Benjamini-Hochberg q-value is below 0.05; with budgets."""
     gains, losses = [], []
     rows = [s for s in section.summaries if s.arm == arm and not s.cyclic and s.accuracy_delta is not None]
-    found = [s for s in rows if s.accuracy_q is not None and s.accuracy_q < 0.05]
-    up = [s.budget for s in found if s.accuracy_delta.mean > 0]
-    down = [s.budget for s in found if s.accuracy_delta.mean < 0]
+    shifts = [
+        (s.budget, s.accuracy_delta.mean)
+        for s in rows
+        if s.accuracy_delta is not None and s.accuracy_q is not None and s.accuracy_q < 0.05
+    ]
+    up = [budget for budget, shift in shifts if shift > 0]
+    down = [budget for budget, shift in shifts if shift < 0]
     if up:
         gains.append(f"more accurate at {', '.join(up)}")
     if down:
@@ -172,7 +176,9 @@ def study_in_short(section: Section) -> str:
     alone = sorted({s.arm for s in section.summaries if len(s.methods) == 1})
     if not alone:
         return f"**In short.** On {where(section)}, no method was measured alone."
-    helped, hurt, mixed = [], [], []
+    helped: list[str] = []
+    hurt: list[str] = []
+    mixed: list[str] = []
     for arm in alone:
         gains, losses = effects(section, arm)
         (mixed if gains and losses else helped if gains else hurt if losses else []).append(arm)

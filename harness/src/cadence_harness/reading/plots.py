@@ -155,10 +155,11 @@ def plot_tradeoff(
         for curve in (c for c in curves if unit in c.costs):
             x = curve.costs[unit].mean(0)
             y = curve.accuracy.mean(0) * 100
-            yerr = [[], []]
+            yerr: list[list[float]] = [[], []]
             for j in range(len(curve.budgets)):
                 interval = curve.accuracy_interval(j)
-                low, high = (interval.low, interval.high) if interval.low is not None else (interval.mean,) * 2
+                low = interval.low if interval.low is not None else interval.mean
+                high = interval.high if interval.high is not None else interval.mean
                 yerr[0].append((interval.mean - low) * 100)
                 yerr[1].append((high - interval.mean) * 100)
             style = "--" if curve.cyclic else "-"

@@ -281,8 +281,8 @@ def _adjust(section: Section) -> None:
         cells += [(curve_hash, unit, j) for j, s in enumerate(speedups) if s.p is not None and not s.left_out]
     q_values = benjamini_hochberg([section.speedups[(h, u)][j].p for h, u, j in cells])  # type: ignore[misc]
     for (curve_hash, unit, j), q in zip(cells, q_values):
-        row = section.speedups[(curve_hash, unit)]
-        row[j] = dataclasses.replace(row[j], q=q)
+        cell_speedups = section.speedups[(curve_hash, unit)]
+        cell_speedups[j] = dataclasses.replace(cell_speedups[j], q=q)
     ratios = [(s, unit, p) for s in section.summaries for unit, p in s.ratio_p.items() if p is not None]
     for (row, unit, _), q in zip(ratios, benjamini_hochberg([p for _, _, p in ratios])):  # a third family
         row.ratio_q[unit] = q

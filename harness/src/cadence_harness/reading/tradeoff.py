@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -169,7 +169,7 @@ def _curve(runs: Sequence[RunRecord], table: dict, budgets: list[str], seeds: li
     )
 
 
-def _complete_budgets(table: dict[str, dict[int, object]], longest: bool = False) -> tuple[list[str], list[int]]:
+def _complete_budgets(table: Mapping[str, Mapping[int, object]], longest: bool = False) -> tuple[list[str], list[int]]:
     """The budgets a curve keeps and the seeds it has at every one of them: of the prefixes of its budgets
     (shortest first, the order a grid finishes them in), the one with the most points, preferring two
     seeds or more (an interval needs them), ties to more seeds. A grid still running its longest budget
@@ -188,7 +188,9 @@ def _complete_budgets(table: dict[str, dict[int, object]], longest: bool = False
 
 
 # Reading the baseline's curve -------------------------------------------------------------
-def cost_to_reach(costs: Sequence[float], accuracies: Sequence[float], target: float) -> tuple[float | None, str]:
+def cost_to_reach(
+    costs: Sequence[float] | np.ndarray, accuracies: Sequence[float] | np.ndarray, target: float
+) -> tuple[float | None, str]:
     """The cost a curve needs to reach `target`: ``(cost, "")``, or ``(None, "above" | "below")`` beyond its range.
 
     The curve is made monotone (the best accuracy at or below each cost) and interpolated

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -108,6 +108,7 @@ def airbench_network(
     whiten_width = 2 * in_channels * WHITEN_KERNEL**2
     whiten = nn.Conv2d(in_channels, whiten_width, WHITEN_KERNEL, padding=0, bias=True)
     whiten.weight.requires_grad_(False)
+    assert whiten.bias is not None  # built with bias=True
     nn.init.zeros_(whiten.bias)
     channels = [whiten_width, *widths]
     layers: list[tuple[str, nn.Module]] = [("whiten", whiten), ("whiten_act", nn.GELU())]
@@ -241,13 +242,14 @@ def build_airbench(
     """The model with its whitening layer fitted to the first `whiten_images` of `init_images` (uint8 or
     [0, 1] floats, as the loader holds them); without images the layer stays at its random start."""
     network = airbench_network(num_classes, in_channels, tuple(widths), bn_momentum, scale)
+    whiten = cast(nn.Conv2d, network.whiten)  # Module.__getattr__ says Tensor | Module; airbench_network made a Conv2d
     if init_images is not None:
-        whiten_from_images(network.whiten, normalize(init_images[:whiten_images].cpu()))  # uint8 or [0, 1]
+        whiten_from_images(whiten, normalize(init_images[:whiten_images].cpu()))  # uint8 or [0, 1]
     module = nn.Sequential(OrderedDict(normalize=normalize, net=network))
     return AirbenchClassifier(
         module,
         num_classes,
-        whitening=network.whiten,
+        whitening=whiten,
         label_smoothing=label_smoothing,
         tta_level=tta_level,
         whiten_bias_fraction=whiten_bias_fraction,

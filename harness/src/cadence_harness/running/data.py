@@ -223,7 +223,8 @@ def _torchvision_download(dataset: str) -> ImageData:
         x = torch.as_tensor(np.asarray(split.data))
         x = x.permute(0, 3, 1, 2) if x.ndim == 4 else x.unsqueeze(1)
         tensors += [x.contiguous(), torch.as_tensor(np.asarray(split.targets), dtype=torch.int64)]
-    return ImageData(*tensors, num_classes=10, source=f"torchvision download in {root}")
+    train_x, train_y, test_x, test_y = tensors
+    return ImageData(train_x, train_y, test_x, test_y, num_classes=10, source=f"torchvision download in {root}")
 
 
 def load_cifar10(data_dir: str | Path | None, subset: int | None, eval_subset: int | None, download: bool) -> ImageData:

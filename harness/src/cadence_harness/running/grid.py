@@ -200,7 +200,7 @@ def run_grid(
             print(f"imported {len(imported)} finished runs from {records} into {uri}")
     done = {} if rerun_finished else finished_config_hashes(uri, recipe.name)
     result = GridResult(planned=len(mine))
-    todo = []
+    todo: list[RunSpec] = []
     for spec in mine:
         (result.skipped if spec.config_hash in done else todo).append(spec)
     if records is not None and (warning := environment_mismatch(records, _here(recipe), [s.config_hash for s in todo])):

@@ -197,7 +197,8 @@ class TensorLoader:
         tensors: equal-length tensors; images (uint8 or float) come first when `images` is True.
         batch_size, shuffle, drop_last: as in `DataLoader`.
         seed: epoch ``e`` uses the permutation of ``seed + e``, so runs repeat exactly.
-        augment: ``augment(images, generator)`` applied to each image batch on its device.
+        augment: ``augment(images, generator)`` applied to each image batch on its device; one whose ``positional``
+            is True also takes each sample's dataset ``index`` and the ``epoch`` (`AlternatingFlipTranslate`).
         keys: when given, batches are dicts with these keys (text); else tuples.
         lengths: per-sample token counts (on the CPU); text batches are trimmed to their longest
             sample, read from this host copy so trimming costs no device synchronisation.
@@ -216,7 +217,7 @@ class TensorLoader:
         shuffle: bool,
         drop_last: bool = False,
         seed: int = 0,
-        augment: Callable[[torch.Tensor, torch.Generator | None], torch.Tensor] | None = None,
+        augment: Callable[..., torch.Tensor] | None = None,  # as `make_augment` returns
         keys: tuple[str, ...] | None = None,
         lengths: torch.Tensor | None = None,
         channels_last: bool = False,

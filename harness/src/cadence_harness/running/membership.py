@@ -124,7 +124,7 @@ class StudyMembership:
         """The configurations of `arm` run with the recipe's settings, as ``grid STUDY --combination ARM`` runs
         them (in a sweep study also as a cyclic curve); an arm the recipe cannot run adds nothing."""
         hashes: set[str] = set()
-        seeds = {"seeds": list(self._seeds())}
+        seeds: dict[str, object] = {"seeds": list(self._seeds())}
         for overrides in [seeds, {**seeds, "curve": "cyclic"}] if self._sweeps() else [seeds]:
             try:
                 added = load_recipe(

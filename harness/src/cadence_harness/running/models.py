@@ -156,6 +156,9 @@ def _torchvision_names() -> list[str]:
 class Normalize(nn.Module):
     """Standardise [0, 1] images per channel; repeat grey images to the channels the network wants."""
 
+    mean: torch.Tensor  # buffers, registered in __init__
+    std: torch.Tensor
+
     def __init__(self, mean: Sequence[float], std: Sequence[float], out_channels: int | None = None):
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
@@ -292,7 +295,7 @@ def _config_model(
     import transformers
 
     if arch == "bert-tiny":  # the dimensions of Google's BERT-Tiny (L=2, H=128, A=2)
-        config = transformers.BertConfig(
+        bert_config = transformers.BertConfig(  # type: ignore[call-arg]  # num_labels: an unlisted extra keyword
             vocab_size=len(tokenizer),
             hidden_size=128,
             num_hidden_layers=2,
@@ -303,8 +306,8 @@ def _config_model(
             pad_token_id=tokenizer.pad_token_id,
             **kwargs,
         )
-        return transformers.BertForSequenceClassification(config)
-    config = transformers.GPT2Config(
+        return transformers.BertForSequenceClassification(bert_config)
+    gpt2_config = transformers.GPT2Config(  # type: ignore[call-arg]  # num_labels: an unlisted extra keyword
         vocab_size=len(tokenizer),
         n_positions=max(128, max_length),
         n_embd=128,
@@ -316,7 +319,7 @@ def _config_model(
         eos_token_id=tokenizer.eos_token_id,
         **kwargs,
     )
-    return (transformers.GPT2LMHeadModel if causal_lm else transformers.GPT2ForSequenceClassification)(config)
+    return (transformers.GPT2LMHeadModel if causal_lm else transformers.GPT2ForSequenceClassification)(gpt2_config)
 
 
 def pretrained_folder(arch: str) -> Path:

@@ -331,6 +331,7 @@ def load_recipe(
             that use other methods are dropped.
         source: where the values came from (default: the file, or "command line").
     """
+    values: dict[str, Any]  # a recipe's TOML values
     if recipe is None:
         values, origin = {"name": name}, "command line"
     elif isinstance(recipe, Mapping):

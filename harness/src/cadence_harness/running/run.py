@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -100,10 +100,17 @@ class RunLoaders:
     tokenizer: Any = None
 
 
+class Shard(TypedDict):
+    """This process's share of every batch under torchrun, as the loaders take it."""
+
+    rank: int
+    world_size: int
+
+
 def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | None, download: bool) -> RunLoaders:
     """The recipe's dataset and its loaders: image batches ``(images, labels)``, text batches dicts; under torchrun,
     this rank's share of each (global) batch (`scale_out`)."""
-    shard = {"rank": distributed.get_rank(), "world_size": distributed.get_world_size()}
+    shard: Shard = {"rank": distributed.get_rank(), "world_size": distributed.get_world_size()}
     dataset = resident.load_dataset(
         recipe.data, data_dir=data_dir, subset=recipe.subset, eval_subset=recipe.eval_subset, download=download
     )
@@ -129,35 +136,45 @@ def build_data(recipe: Recipe, seed: int, device: torch.device, data_dir: str | 
         )
         return RunLoaders(train, evaluate, dataset, tokenizer)
     if recipe.loader == "dataloader":  # per-rank batches: the Trainer's sampler shards a DataLoader
-        train = loaders.image_dataloader(
-            dataset.train_x,
-            dataset.train_y,
-            batch_size=recipe.batch_size // shard["world_size"],
-            train=True,
-            augment=recipe.augment,
-            num_workers=recipe.num_workers,
-        )
-        evaluate = loaders.image_dataloader(
-            dataset.test_x, dataset.test_y, batch_size=max(1, eval_batch_size // shard["world_size"]), train=False,
-            augment="none", num_workers=0,
-        )  # fmt: skip
-        return RunLoaders(train, evaluate, dataset)
+        return _image_dataloaders(dataset, recipe, eval_batch_size, shard["world_size"])
     augment = loaders.make_augment(recipe.augment, int(dataset.train_x.shape[-1]), seed)
-    common = {"seed": seed, "channels_last": recipe.channels_last, **shard}
     train = loaders.TensorLoader(
         resident.on_device((dataset.train_x, dataset.train_y), device),
         batch_size=recipe.batch_size,
         shuffle=True,
         drop_last=True,
         augment=augment,
-        **common,
+        seed=seed,
+        channels_last=recipe.channels_last,
+        **shard,
     )
     evaluate = loaders.TensorLoader(
         resident.on_device((dataset.test_x, dataset.test_y), device),
         batch_size=eval_batch_size,
         shuffle=False,
-        **common,
+        seed=seed,
+        channels_last=recipe.channels_last,
+        **shard,
     )
+    return RunLoaders(train, evaluate, dataset)
+
+
+def _image_dataloaders(
+    dataset: datasets.ImageData, recipe: Recipe, eval_batch_size: int, world_size: int
+) -> RunLoaders:
+    """The image `DataLoader`s, their batch sizes per rank (the Trainer's sampler shards them)."""
+    train = loaders.image_dataloader(
+        dataset.train_x,
+        dataset.train_y,
+        batch_size=recipe.batch_size // world_size,
+        train=True,
+        augment=recipe.augment,
+        num_workers=recipe.num_workers,
+    )
+    evaluate = loaders.image_dataloader(
+        dataset.test_x, dataset.test_y, batch_size=max(1, eval_batch_size // world_size), train=False,
+        augment="none", num_workers=0,
+    )  # fmt: skip
     return RunLoaders(train, evaluate, dataset)
 
 
@@ -170,7 +187,7 @@ def _text_loader(
     seed: int,
     batch_size: int,
     train: bool,
-    shard: dict[str, int],
+    shard: Shard,
 ) -> loaders.TensorLoader:
     return text_loaders.text_loader(
         tokenizer, texts, labels, max_length=recipe.max_length, device=device, seed=seed, batch_size=batch_size,
@@ -186,7 +203,7 @@ def _language_loader(
     seed: int,
     batch_size: int,
     train: bool,
-    shard: dict[str, int],
+    shard: Shard,
 ) -> loaders.TensorLoader:
     return text_loaders.language_loader(
         tokenizer, texts, block_size=recipe.max_length, device=device, seed=seed, batch_size=batch_size, train=train,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -59,7 +59,8 @@ class MMDetModel(Model):
             labels = target["labels"] - self.label_offset
             sample.gt_instances = InstanceData(bboxes=target["boxes"], labels=labels)
             samples.append(sample)
-        return self.model.data_preprocessor({"inputs": pixels, "data_samples": samples}, self.training)
+        preprocess = cast(nn.Module, self.model.data_preprocessor)  # Module.__getattr__ says Tensor | Module
+        return preprocess({"inputs": pixels, "data_samples": samples}, self.training)
 
     def forward(self, batch: Any) -> dict[str, Any]:
         """The detector's losses (Composer: ``self.model(**batch, mode='loss')``)."""
@@ -68,10 +69,11 @@ class MMDetModel(Model):
     def loss(self, outputs: Any, batch: Any, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
         """The entries whose name holds ``loss``, lists summed (MMEngine's ``parse_losses``); the Trainer sums them."""
         del batch, args, kwargs
-        losses = {}
+        losses: dict[str, torch.Tensor] = {}
         for name, value in outputs.items():
             if "loss" in name:
-                losses[name] = sum(value) if isinstance(value, (list, tuple)) else value
+                # MMDet's loss lists hold a tensor per level: their sum is one (`sum`'s hint adds an empty list's 0)
+                losses[name] = cast(torch.Tensor, sum(value)) if isinstance(value, (list, tuple)) else value
         return losses
 
     def eval_forward(self, batch: Any, outputs: Any | None = None) -> list[dict[str, torch.Tensor]]:

@@ -74,7 +74,8 @@ def _write_split(folder: Path, count: int, image_size: int, max_objects: int, se
 
     (folder / "images").mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    images, annotations = [], []
+    images: list[dict[str, object]] = []  # COCO's records
+    annotations: list[dict[str, object]] = []
     for image_id in range(1, count + 1):
         canvas = _texture(rng, image_size)
         for _ in range(int(rng.integers(1, max_objects + 1))):
