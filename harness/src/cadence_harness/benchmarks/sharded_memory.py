@@ -44,9 +44,8 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     import transformers
     from torch.utils.data import DataLoader, TensorDataset
 
-    from cadence import Trainer
+    from cadence import HuggingFaceModel, Trainer
     from cadence.distributed import get_world_size, initialize_from_environment
-    from cadence.models.huggingface import HuggingFaceModel  # `cadence.HuggingFaceModel` is a lazy `object` to mypy
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     initialize_from_environment(device)

@@ -5,6 +5,8 @@ Methods live in their own packages (``pip install cadence-mixup``) and appear un
 `cadence.algorithms` and `cadence.functional` once installed.
 """
 
+from typing import TYPE_CHECKING
+
 from cadence._snapshot import CheckpointMismatchError
 from cadence.algorithm import Algorithm, Effects, NotApplicableError, Resource
 from cadence.callback import Callback
@@ -24,6 +26,9 @@ from cadence.precision import Precision
 from cadence.state import State
 from cadence.time import Time, Timestamp, TimeUnit, ensure_time
 from cadence.trainer import Trainer, seed_all
+
+if TYPE_CHECKING:  # type checkers see the lazy attribute's class (`__getattr__` imports it on first use)
+    from cadence.models.huggingface import HuggingFaceModel
 
 __version__ = "0.1.0"
 
