@@ -148,8 +148,6 @@ def _say(lines: list[str]) -> None:
 
 def _this_machine(recipe: Recipe) -> str:
     """This machine, as a run of `recipe` here would record it."""
-    import torch
+    from cadence_harness.running.provenance import environment_on
 
-    from cadence_harness.running.provenance import environment
-
-    return machine_name(environment(torch.device("cuda" if recipe.device == "gpu" else "cpu")))
+    return machine_name(environment_on(recipe.device))

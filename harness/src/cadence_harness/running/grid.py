@@ -34,7 +34,7 @@ from cadence_harness.running.environment_check import mismatch as environment_mi
 from cadence_harness.running.membership import StudyMembership
 from cadence_harness.running.plan import expand
 from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
-from cadence_harness.running.provenance import environment
+from cadence_harness.running.provenance import environment_on
 from cadence_harness.running.recipe import Recipe, RecipeError
 from cadence_harness.running.runners import (
     KILLED,
@@ -127,7 +127,7 @@ def grid_tags(recipe: Recipe, specs: list[RunSpec], command: str) -> dict[str, s
 
 def _here(recipe: Recipe) -> dict[str, str]:
     """This machine's environment as a run of `recipe` would record it."""
-    return environment(torch.device("cuda" if recipe.device == "gpu" else "cpu"))
+    return environment_on(recipe.device)
 
 
 def run_grid(

@@ -10,7 +10,7 @@ import torch
 
 import cadence
 
-__all__ = ["cpu_name", "environment", "git_sha"]
+__all__ = ["cpu_name", "environment", "environment_on", "git_sha"]
 
 
 def _git_dirs(folder: Path) -> tuple[Path, Path] | None:
@@ -56,6 +56,11 @@ def _version(module: str) -> str:
         return version(module)
     except PackageNotFoundError:
         return "not installed"
+
+
+def environment_on(recipe_device: str) -> dict[str, str]:
+    """This machine's environment as a run of a recipe with ``device = recipe_device`` ("cpu" or "gpu") records it."""
+    return environment(torch.device("cuda" if recipe_device == "gpu" else "cpu"))
 
 
 def environment(device: torch.device) -> dict[str, str]:
