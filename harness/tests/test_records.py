@@ -126,6 +126,66 @@ def test_a_fresh_store_is_filled_from_the_records_and_a_grid_skips_them(
     assert run.data.tags["cadence.imported_from"] == "sweep.jsonl" and run.info.status == "FINISHED"
 
 
+def _moved(lines: list[str], arm: str, device_name: str, later_ms: int = 0) -> list[str]:
+    """The record lines of `arm` as if they ran on `device_name`, as other runs (new ids), `later_ms` later."""
+    moved = []
+    for line in lines:
+        record = json.loads(line)
+        if record["arm"] == arm:
+            record["machine"]["device_name"] = device_name
+            record["mlflow_run_id"] += "-moved"
+            record["end_time"] += later_ms
+            moved.append(json.dumps(record, sort_keys=True, separators=(",", ":")))
+    return moved
+
+
+def test_rerun_elsewhere_runs_again_what_last_ran_on_another_machine(
+    store: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri, _ = store
+    records = tmp_path / "runs" / "sweep.jsonl"
+    export_runs(uri, "sweep", records)
+    lines = records.read_text().splitlines()
+    fast = {json.loads(line)["config_hash"] for line in lines if json.loads(line)["arm"] == "fast"}
+    records.write_text("\n".join([line for line in lines if json.loads(line)["arm"] != "fast"]
+                                 + _moved(lines, "fast", "another cpu")) + "\n")  # fmt: skip
+    started: list[str] = []
+    monkeypatch.setattr(grid_module, "check_arms", lambda *args, **kwargs: None)
+    monkeypatch.setattr(grid_module, "run_one_in_subprocess", lambda spec, **kwargs: started.append(spec.config_hash))
+    monkeypatch.setattr(grid_module, "machine_on", lambda device: "test cpu")  # the machine the baseline ran on
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+
+    plain = run_grid(STUDY, tracking_uri=fresh, records_dir=records.parent, progress=False, log_dir=tmp_path)
+    assert len(plain.skipped) == 18 and started == []  # by default a recorded configuration is done, wherever
+    again = run_grid(STUDY, tracking_uri=fresh, records_dir=records.parent, rerun_elsewhere=True, log_dir=tmp_path)
+    assert set(started) == fast and len(started) == 9 and len(again.skipped) == 9
+    assert (
+        "9 of the 18 runs last ran on another machine; they run again on this one: test cpu" in capsys.readouterr().out
+    )
+    with pytest.raises(ValueError, match="drop rerun_elsewhere or rerun_finished"):
+        run_grid(STUDY, tracking_uri=fresh, rerun_finished=True, rerun_elsewhere=True, progress=False)
+
+
+def test_the_newest_run_of_a_configuration_says_where_it_ran(store: tuple[str, Path], tmp_path: Path) -> None:
+    """As the reading keeps only the newest run of a configuration, so does `finished_config_hashes(machine=)`."""
+    uri, _ = store
+    records = tmp_path / "sweep.jsonl"
+    export_runs(uri, "sweep", records)
+    lines = records.read_text().splitlines()
+    later = tmp_path / "later.jsonl"
+    later.write_text("\n".join(_moved(lines, "fast", "another cpu", later_ms=1000)) + "\n")
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_text("\n".join(_moved(lines, "baseline", "another cpu", later_ms=-(10**9))) + "\n")
+    both = f"sqlite:///{tmp_path / 'both.db'}"
+    for path in (records, later, earlier):
+        import_records(both, path)  # each configuration of both arms now has a run on each machine
+    by_arm = {json.loads(line)["config_hash"]: json.loads(line)["arm"] for line in lines}
+    here = finished_config_hashes(both, "sweep", machine="test cpu")
+    there = finished_config_hashes(both, "sweep", machine="another cpu")
+    assert {by_arm[key] for key in here} == {"baseline"} and {by_arm[key] for key in there} == {"fast"}
+    assert len(here) == len(there) == 9 and len(finished_config_hashes(both, "sweep")) == 18
+
+
 def test_runs_read_from_two_machines_files_count_once(store: tuple[str, Path], tmp_path: Path) -> None:
     uri, _ = store
     export_runs(uri, "sweep", tmp_path / "a" / "sweep.jsonl")

@@ -174,6 +174,11 @@ def test_the_command_line_search_keeps_the_studys_own_settings(
     path, records = study
     assert main(["grid", path, "--search", "--seeds", "2", "--combination", "a+b", "--records", str(records)]) == 2
     assert "drop --combination, --seeds" in capsys.readouterr().err
+    assert main(["grid", path, "--search", "--rerun-elsewhere", "--records", str(records)]) == 2
+    assert "drop --rerun-elsewhere" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # two ways to rerun: argparse refuses both at once
+        main(["grid", path, "--rerun-finished", "--rerun-elsewhere"])
+    assert "not allowed with argument" in capsys.readouterr().err
     assert main(["grid", path, "--search", "--dry-run", "--records", str(records)]) == 0
     assert "--combination label_smoothing+channels_last --seeds 1" in capsys.readouterr().out
 

@@ -186,6 +186,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
         tracking_uri=args.tracking_uri,
         shard=shard,
         rerun_finished=args.rerun_finished,
+        rerun_elsewhere=args.rerun_elsewhere,
         log_dir=args.log_dir,
         data_dir=args.data_dir,
         download=args.download,
@@ -206,7 +207,8 @@ def _search(args: argparse.Namespace) -> int:
     """``grid STUDY --search``: the runs the study's recipe search waits for, round after round."""
     from cadence_harness.search_grid import run_search
 
-    given = [f for f in ("methods", "arms", "combination", "set", "estimate", "no_records") if getattr(args, f)]
+    flags = ("methods", "arms", "combination", "set", "estimate", "no_records", "rerun_finished", "rerun_elsewhere")
+    given = [f for f in flags if getattr(args, f)]
     given += [*_flag_overrides(args), *(["shard"] if args.shard != "1/1" else [])]
     if given:
         drop = ", ".join(f"--{flag.split('.')[0].replace('_', '-')}" for flag in given)

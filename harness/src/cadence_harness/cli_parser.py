@@ -97,7 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument(
         "--shard", default="1/1", help="run only shard i of n, e.g. 1/2 (machines sharing a tracking server)"
     )
-    grid.add_argument("--rerun-finished", action="store_true", help="run even configurations MLflow already has")
+    rerun = grid.add_mutually_exclusive_group()
+    rerun.add_argument("--rerun-finished", action="store_true", help="run even configurations MLflow already has")
+    rerun.add_argument(
+        "--rerun-elsewhere",
+        action="store_true",
+        help="run again each configuration whose newest finished run ran on another machine, so that the study's "
+        "times all come from this one (the newest run of a configuration counts)",
+    )
     grid.add_argument("--dry-run", action="store_true", help="list the runs and their config hashes, run nothing")
     grid.add_argument("--timeout", type=float, help="seconds before a run is killed and recorded failed (--isolate)")
     where = grid.add_mutually_exclusive_group()

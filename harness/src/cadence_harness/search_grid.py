@@ -24,7 +24,7 @@ from cadence_harness.reading.combination_search import Search, grid_command, sec
 from cadence_harness.reading.study import study_runs
 from cadence_harness.reading.summaries import sections_of
 from cadence_harness.reading.tradeoff import COSTS
-from cadence_harness.records import RunRecord, machine_name
+from cadence_harness.records import RunRecord
 from cadence_harness.running.recipe import Recipe, load_recipe
 
 __all__ = ["elsewhere", "missing_runs", "pending_runs", "run_search", "runs_here", "searches"]
@@ -94,7 +94,9 @@ def run_search(
     `machine` is where the runs run (`records.machine_name`; None: this one, as the study's runs would record
     it): a time search whose baseline ran on another machine is read but not run here."""
     if machine is None:
-        machine = _this_machine(load_recipe(study))
+        from cadence_harness.running.provenance import machine_on
+
+        machine = machine_on(load_recipe(study).device)
     asked: set[tuple[int, str, tuple[str, ...]]] = set()
 
     def run_once(key: tuple[int, str, tuple[str, ...]], recipe: Recipe, again: str) -> bool:
@@ -144,10 +146,3 @@ def run_search(
 def _say(lines: list[str]) -> None:
     for line in lines:
         print(line)
-
-
-def _this_machine(recipe: Recipe) -> str:
-    """This machine, as a run of `recipe` here would record it."""
-    from cadence_harness.running.provenance import environment_on
-
-    return machine_name(environment_on(recipe.device))

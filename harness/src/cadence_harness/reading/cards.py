@@ -294,7 +294,9 @@ def _how_verdicts(sections: Sequence[Section], judgements: dict[str, dict[tuple[
         "the claim's stated conditions: data set, device, precision, schedule length). A FLOPs claim that holds by "
         "the method's design is labelled *by construction*, not judged. Points at an accuracy every baseline seed "
         "shares exactly (a constant prediction: chance, or a plateau) are left out of matched-accuracy speedups. "
-        "Times are compared only between runs of one machine (`cadence_harness.records.same_machine`).",
+        "Times are compared only between runs of one machine (`cadence_harness.records.same_machine`); "
+        "`cadence-bench grid STUDY --rerun-elsewhere`, on the baseline's machine, runs a study's other runs again "
+        "there.",
         "",
         "Corrected families:",
         "",

@@ -10,7 +10,8 @@ same results (a test compares them bitwise on CPU); a failing run is recorded FA
 on, but a crash of the process (or a CUDA error that poisons its context) ends the grid: rerun it,
 or use ``--isolate``. A finished run is found in MLflow by its configuration hash and skipped, so
 rerunning a grid resumes it (``--time-limit`` stops starting runs after that many seconds: a grid in
-chunks), and ``--shard i/n`` splits it over machines that share one tracking server. After an
+chunks; ``--rerun-elsewhere`` runs again what last ran on another machine, so that a study's times all come from
+one), and ``--shard i/n`` splits it over machines that share one tracking server. After an
 out-of-memory error the run is retried with half the microbatch size (gradient accumulation keeps
 the batch the same).
 """
@@ -34,7 +35,7 @@ from cadence_harness.running.environment_check import mismatch as environment_mi
 from cadence_harness.running.membership import StudyMembership
 from cadence_harness.running.plan import expand
 from cadence_harness.running.preflight import check_applicable, check_arm_composition, require_device, sample_batch
-from cadence_harness.running.provenance import environment_on
+from cadence_harness.running.provenance import environment_on, machine_on
 from cadence_harness.running.recipe import Recipe, RecipeError
 from cadence_harness.running.runners import (
     KILLED,
@@ -136,6 +137,7 @@ def run_grid(
     tracking_uri: str | None = None,
     shard: tuple[int, int] = (1, 1),
     rerun_finished: bool = False,
+    rerun_elsewhere: bool = False,
     log_dir: str | Path = "cadence_runs/logs",
     data_dir: str | None = None,
     download: bool = False,
@@ -164,7 +166,12 @@ def run_grid(
     on a GPU and isolation on CPU. A recipe's ``nproc`` > 1 runs each run as a torchrun job (isolated).
     `timeout_s` and `jobs` > 1 need processes, so they isolate.
     `time_limit_s`: no run starts once that many seconds have passed (the rest stay for the next call).
+    `rerun_elsewhere`: run again each configuration whose newest finished run ran on another machine
+    (`records.machine_name`): times compare only within one machine, so this brings a study onto this one; the
+    new run supersedes the old in the reading (`records.latest_per_config`), and the old stays in the records.
     """
+    if rerun_finished and rerun_elsewhere:
+        raise ValueError("rerun_finished reruns every configuration already; drop rerun_elsewhere or rerun_finished")
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} must be an int >= 1")
     if time_limit_s is not None and not time_limit_s > 0:
@@ -198,11 +205,16 @@ def run_grid(
         imported = import_records(uri, records)
         if imported and progress:
             print(f"imported {len(imported)} finished runs from {records} into {uri}")
-    done = {} if rerun_finished else finished_config_hashes(uri, recipe.name)
+    here = machine_on(recipe.device) if rerun_elsewhere else None
+    done = {} if rerun_finished else finished_config_hashes(uri, recipe.name, machine=here)
     result = GridResult(planned=len(mine))
     todo: list[RunSpec] = []
     for spec in mine:
         (result.skipped if spec.config_hash in done else todo).append(spec)
+    if here is not None and progress:
+        anywhere = finished_config_hashes(uri, recipe.name)
+        if again := sum(spec.config_hash in anywhere for spec in todo):
+            print(f"{again} of the {len(mine)} runs last ran on another machine; they run again on this one: {here}")
     if records is not None and (warning := environment_mismatch(records, _here(recipe), [s.config_hash for s in todo])):
         print(warning, file=sys.stderr)
     if records is not None and result.skipped:  # runs the store holds but the records lack (a run without them)

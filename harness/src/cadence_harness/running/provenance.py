@@ -10,7 +10,7 @@ import torch
 
 import cadence
 
-__all__ = ["cpu_name", "environment", "environment_on", "git_sha"]
+__all__ = ["cpu_name", "environment", "environment_on", "git_sha", "machine_on"]
 
 
 def _git_dirs(folder: Path) -> tuple[Path, Path] | None:
@@ -61,6 +61,14 @@ def _version(module: str) -> str:
 def environment_on(recipe_device: str) -> dict[str, str]:
     """This machine's environment as a run of a recipe with ``device = recipe_device`` ("cpu" or "gpu") records it."""
     return environment(torch.device("cuda" if recipe_device == "gpu" else "cpu"))
+
+
+def machine_on(recipe_device: str) -> str:
+    """This machine as `records.machine_name` spells a run's machine, for a recipe with ``device = recipe_device``:
+    what the runs made here would be compared by."""
+    from cadence_harness.records import machine_name
+
+    return machine_name(environment_on(recipe_device))
 
 
 def environment(device: torch.device) -> dict[str, str]:
