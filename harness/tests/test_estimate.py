@@ -127,3 +127,11 @@ def test_the_estimate_names_its_source(study: list[RunSpec], tmp_path: Path) -> 
 
     given = str(estimate_grid(recipe, study, records_dir=tmp_path, rate=5.0))
     assert "5.0 GFLOP/s (given with --rate)" in given and "recorded already in" in given
+
+    elsewhere = [record(s, device="another CPU", train_s=1.0, end_s=100.0 + i, gpu=False) for i, s in enumerate(study)]
+    path.write_text("".join(r.to_json() + "\n" for r in [*mine, *elsewhere[3:]]))
+    assert "recorded already: 6 of 6 runs" in str(estimate_grid(recipe, study, records_dir=tmp_path))
+    # --rerun-elsewhere: only the runs whose newest record ran here are done
+    assert "recorded already: 3 of 6 runs" in str(estimate_grid(recipe, study, records_dir=tmp_path, machine=here))
+    path.write_text("".join(r.to_json() + "\n" for r in [*mine, *elsewhere[:1]]))  # a newer run elsewhere counts
+    assert "recorded already: 2 of 6 runs" in str(estimate_grid(recipe, study, records_dir=tmp_path, machine=here))

@@ -172,10 +172,12 @@ def cmd_grid(args: argparse.Namespace) -> int:
         print(f"{len(specs)} runs")
         if args.estimate:
             from cadence_harness.running.estimate import estimate_grid
+            from cadence_harness.running.provenance import machine_on
 
             records = None if args.no_records else default_records_dir(args.records)
+            machine = machine_on(recipe.device) if args.rerun_elsewhere else None
             print(estimate_grid(recipe, specs, data_dir=args.data_dir, download=args.download, rate=args.rate,
-                                records_dir=records))  # fmt: skip
+                                records_dir=records, machine=machine))  # fmt: skip
         try:
             require_device(recipe.device)
         except RecipeError as error:

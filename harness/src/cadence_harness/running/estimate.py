@@ -28,7 +28,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from cadence.time import Time, TimeUnit
-from cadence_harness.records import read_records, records_file
+from cadence_harness.records import latest_per_config, machine_name, read_records, records_file
 from cadence_harness.running.budgets import cycles_of
 from cadence_harness.running.recipe import OPTIMIZERS, Recipe
 from cadence_harness.running.reference import Costs, Reference, reference_from_records
@@ -170,9 +170,13 @@ def estimate_grid(
     download: bool = False,
     rate: float | None = None,
     records_dir: str | Path | None = None,
+    machine: str | None = None,
 ) -> Estimate:
     """The FLOPs of `specs` (this shard of the grid of `recipe`) and the hours: at `rate` GFLOP/s when given, else
-    from the study's records in `records_dir` when they hold its baseline on the device, else measured here."""
+    from the study's records in `records_dir` when they hold its baseline on the device, else measured here.
+
+    `machine` (`records.machine_name`): a configuration counts as recorded only where its newest record ran on it,
+    as ``grid --rerun-elsewhere`` runs the others again."""
     from cadence_harness.running.preflight import sample_batch
     from cadence_harness.running.run import build_data, build_model
 
@@ -201,7 +205,7 @@ def estimate_grid(
         )
     if rate is None and reference is None and recipe.device == "cpu":
         measured_rate, cpu_rate = _measure(recipe, model, data.train, per_batch)
-    known = {record.config_hash for record in records}
+    known = {r.config_hash for r in latest_per_config(records) if machine is None or machine_name(r.params) == machine}
     estimate = Estimate(
         runs=len(specs),
         train_batches=sum(batches),
