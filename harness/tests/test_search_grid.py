@@ -14,13 +14,13 @@ import pytest
 
 from cadence_harness.cli import main
 from cadence_harness.reading.study import study_runs
-from cadence_harness.records import read_records, records_file
+from cadence_harness.records import latest_per_config, machine_name, read_records, records_file
 from cadence_harness.running.bridge import export_runs
 from cadence_harness.running.grid import GridResult
 from cadence_harness.running.membership import tag_records
 from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import Recipe, load_recipe
-from cadence_harness.search_grid import elsewhere, pending_runs, run_search, runs_here, searches
+from cadence_harness.search_grid import elsewhere, pending_reruns, pending_runs, run_search, runs_here, searches
 
 # (accuracy, cost) per budget: `sharp` reaches the baseline's best (0.75) at about 1.6ep; `flat` is the
 # baseline again (eligible: worse nowhere); together they are above 0.75 from the shortest budget on.
@@ -46,12 +46,18 @@ class RecordingGrid:
     def __init__(self, uri: str, run_logger: Any, writes: bool = True, machine: str = HERE):
         self.uri, self.run_logger, self.writes, self.machine = uri, run_logger, writes, machine
         self.calls: list[tuple[int, str, list[str]]] = []
+        self.reruns: list[bool] = []  # per call: whether it ran again what last ran on another machine
+        self.limits: list[float | None] = []  # per call: the seconds it was given to start runs in
 
     def __call__(self, recipe: Recipe, *, records_dir: Path, **options: Any) -> GridResult:
         arms = sorted({spec.arm_name for spec in expand(recipe)} - {"baseline"})
         self.calls.append((len(recipe.seeds), recipe.curve, arms))
+        self.reruns.append(options.get("rerun_elsewhere", False))
+        self.limits.append(options.get("time_limit_s"))
         path = records_file(records_dir, recipe.name)
-        done = {record.config_hash for record in read_records([path])} if path.is_file() else set()
+        recorded = latest_per_config(read_records([path])) if path.is_file() else []
+        here = [r for r in recorded if not self.reruns[-1] or machine_name(r.params) == self.machine]
+        done = {record.config_hash for record in here}
         specs = [spec for spec in expand(recipe) if spec.config_hash not in done]
         for spec in specs if self.writes else []:
             points = [KNOWN[spec.arm_name][budget] for budget in spec.cycles or (spec.recipe.duration,)]
@@ -196,8 +202,39 @@ def test_on_another_machine_the_time_search_is_read_but_only_the_flops_search_ru
     flops, timed = out.split("The recipe (training time)")
     assert "Best recipe so far: **label_smoothing+channels_last**" in flops
     assert "Round 1, from label_smoothing: label_smoothing+channels_last: not compared" in timed
-    assert "undecided: label_smoothing+channels_last cannot be compared, it ran on another machine" in timed
+    assert "waiting for label_smoothing+channels_last to run again on the baseline's machine" in timed
+    rerun = "--combination label_smoothing+channels_last --seeds 3 --rerun-elsewhere --data-dir ../shared/data"
+    assert (
+        f"The search continues once these run again on test cpu: `cadence-bench grid searched --arms baseline {rerun}`"
+        in timed
+    )
     assert "no candidate improves on it" not in timed  # a candidate not compared is not a candidate that lost
+    assert "the training time search waits for label_smoothing+channels_last on test cpu" in out
+
+    # on the baseline's machine the time search runs the pair again, on the seeds it has, and then decides
+    here = RecordingGrid(tracking_uri, run_logger)
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=here) == 0
+    assert here.calls == [(3, "sweep", PAIR)] and here.reruns == [True]
+    timed = capsys.readouterr().out.split("The recipe (training time)")[1]
+    assert "Best recipe so far: **label_smoothing+channels_last**" in timed and "not compared" not in timed
+
+
+def test_a_time_search_whose_baseline_ran_on_several_machines_compares_nothing_and_runs_nothing_again(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = study
+    file = records_file(records, "searched")
+    lines = [json.loads(line) for line in file.read_text().splitlines()]
+    for line in lines:  # one baseline run on another machine: the baseline has no one machine
+        if line["run_name"] == "baseline-4ep-s2":
+            line["machine"]["device_name"] = "other cpu"
+    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    grid = RecordingGrid(tracking_uri, run_logger, machine="other cpu")
+    assert run_search(path, records_dir=records, machine="other cpu", run_grid=grid) == 0
+    assert grid.calls == [(1, "sweep", PAIR), (3, "sweep", PAIR)] and not any(grid.reruns)  # the FLOPs search only
+    timed = capsys.readouterr().out.split("The recipe (training time)")[1]
+    assert timed.count("| not compared: its times and the baseline's come from different machines |") == 2
+    assert "No method is eligible alone, so there is no recipe to grow." in timed and "--rerun-elsewhere" not in timed
 
 
 def test_a_time_search_waits_for_its_runs_on_its_baselines_machine_only(
@@ -220,3 +257,58 @@ def test_a_time_search_waits_for_its_runs_on_its_baselines_machine_only(
     grid = RecordingGrid(tracking_uri, run_logger, machine="other cpu")
     assert run_search(path, records_dir=records, machine="other cpu", run_grid=grid, dry_run=True) == 0
     assert said in capsys.readouterr().out
+
+
+def test_on_its_baselines_machine_the_time_search_first_runs_again_the_methods_alone_that_ran_elsewhere(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rounds start from the methods alone: one whose times cannot be compared would be left out of the
+    recipe by the machine it ran on, not by its speed."""
+    path, records = study
+    file = records_file(records, "searched")
+    lines = [json.loads(line) for line in file.read_text().splitlines()]
+    for line in lines:
+        if line["arm"] == "channels_last":
+            line["machine"]["device_name"] = "other cpu"
+    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _, runs, _ = study_runs(path, records)
+    timed = next(search for search in searches(runs) if search.unit == "train_s")
+    assert timed.own_elsewhere == ["channels_last"]
+    assert "1 method alone ran on another machine than the baseline, so this search cannot rank it" in timed.markdown()
+    grid = RecordingGrid(tracking_uri, run_logger)
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=grid, dry_run=True) == 0 and not grid.calls
+    said = "the training time search cannot rank channels_last, which ran alone on another machine than its baseline"
+    assert said in capsys.readouterr().out
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=grid) == 0
+    assert grid.calls[0] == (3, "sweep", ["channels_last", "label_smoothing"]) and grid.reruns[0]  # the own grid
+    assert grid.calls[1:] == [(1, "sweep", PAIR), (3, "sweep", PAIR)] and not any(grid.reruns[1:])
+    again = [r for r in read_records([file]) if r.arm == "channels_last"]
+    assert sorted(machine_name(r.params) for r in again) == ["other cpu"] * 9 + [HERE] * 9  # the old runs stay
+    assert "cannot rank" not in capsys.readouterr().out.split("The recipe (training time)")[1]
+
+
+def test_a_search_stops_starting_runs_at_its_time_limit(
+    study: tuple[str, Path], tracking_uri: str, run_logger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, records = study
+    grid = RecordingGrid(tracking_uri, run_logger)
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=grid, time_limit_s=1e-9) == 0
+    assert grid.calls == [] and "the time limit has passed: `cadence-bench grid" in capsys.readouterr().out
+    timed = RecordingGrid(tracking_uri, run_logger)
+    assert run_search(path, records_dir=records, machine=HERE, run_grid=timed, time_limit_s=3600) == 0
+    assert timed.calls == [(1, "sweep", PAIR), (3, "sweep", PAIR)]  # each grid is given what is left of the hour
+    assert 3600 >= timed.limits[0] > timed.limits[1] > 3000
+
+
+def test_the_resnet20_time_search_reruns_the_methods_alone_that_ran_on_the_older_machine() -> None:
+    """On the committed records: 18 methods alone ran on an older "AMD EPYC" than the baseline, and they are what
+    the time search asks to run again; a candidate whose sweep ran beside the baseline is compared, even where a
+    cyclic screen of it ran elsewhere (an arm's curves are judged one by one, not by the arm's name)."""
+    root = Path(__file__).resolve().parents[2]
+    _, runs, _ = study_runs("cifar10_resnet20_study", root / "method_cards" / "runs")
+    timed = next(search for search in searches(runs) if search.unit == "train_s")
+    assert timed.machine == "AMD EPYC (family 26, model 2)" and len(timed.own_elsewhere) == 18
+    assert {"blurpool", "progressive_resizing", "sam"} <= set(timed.own_elsewhere)
+    assert not {"layer_freezing", "colout", "scale_schedule"} & set(timed.own_elsewhere)  # ran beside the baseline
+    assert timed.rerun == {}  # blurpool+layer_freezing: its sweep ran on the baseline's machine
+    assert pending_reruns(searches(runs), timed.machine) == []

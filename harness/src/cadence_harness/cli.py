@@ -216,7 +216,8 @@ def _search(args: argparse.Namespace) -> int:
         drop = ", ".join(f"--{flag.split('.')[0].replace('_', '-')}" for flag in given)
         raise RecipeError(f"`--search` runs what the search asks for with the study's own settings; drop {drop}")
     options = {"tracking_uri": args.tracking_uri, "log_dir": args.log_dir, "data_dir": args.data_dir, "jobs": args.jobs}
-    options |= {"download": args.download, "timeout_s": args.timeout, "command": _command()}
+    options |= {"download": args.download, "timeout_s": args.timeout, "command": _command(), "isolate": args.isolate}
+    options |= {"time_limit_s": args.time_limit}
     return run_search(
         args.recipe, records_dir=default_records_dir(args.records), run_grid=run_grid, dry_run=args.dry_run, **options
     )

@@ -9,13 +9,15 @@ each where the study has its baseline's cyclic curve; by the sweep on all the ba
 confirm a leader), whose runs are appended to the same records, and reads again,
 until neither search waits for anything it can run here. A time search runs only on its baseline's machine
 (times of different machines are never compared): elsewhere it is read, and the search says where its runs
-must run. Interrupted, it continues where it stopped: the grid skips
+must run; there, the arms it reads that ran elsewhere run again first (``grid --rerun-elsewhere``: the study's
+own grid, then a round's candidates). Interrupted, it continues where it stopped: the grid skips
 the runs the records hold. A round that asks again for runs it has just made stops the loop (with
 exit code 1) instead of running forever.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from cadence_harness.reading.tradeoff import COSTS
 from cadence_harness.records import RunRecord
 from cadence_harness.running.recipe import Recipe, load_recipe
 
-__all__ = ["elsewhere", "missing_runs", "pending_runs", "run_search", "runs_here", "searches"]
+__all__ = ["elsewhere", "missing_runs", "pending_reruns", "pending_runs", "run_search", "runs_here", "searches"]
 
 
 def searches(runs: list[RunRecord]) -> list[Search]:
@@ -59,6 +61,13 @@ def pending_runs(found: list[Search], machine: str | None = None) -> list[tuple[
     return [(seeds, curve, tuple(arms.values())) for (seeds, curve), arms in sorted(wanted.items()) if arms]
 
 
+def pending_reruns(found: list[Search], machine: str) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(seeds, curve, candidates) that time searches whose baseline ran on `machine` wait for to run again
+    there (`Search.rerun`: they ran elsewhere), each batch once."""
+    batches = {batch for search in found if search.machine == machine for batch in search.rerun_batches()}
+    return sorted(batches)
+
+
 def runs_here(search: Search, machine: str) -> bool:
     """Whether `search`'s runs can run on `machine`: anywhere for FLOPs, only on the baseline's machine for a time
     (a time measured elsewhere is never compared with the baseline's; `reading.tradeoff.other_machine`)."""
@@ -69,10 +78,11 @@ def elsewhere(found: list[Search], machine: str) -> list[str]:
     """What the searches that cannot run on `machine` wait for, and where it must run, in words."""
     lines = []
     for search in found:
-        if search.to_run and not runs_here(search, machine):
+        waits = [*search.own_elsewhere, *search.to_run, *search.rerun]
+        if waits and not runs_here(search, machine):
             where = f"on {search.machine}" if search.machine else "nowhere: its baseline ran on several machines"
             lines.append(
-                f"the {COSTS[search.unit]} search waits for {', '.join(search.to_run)} {where}; "
+                f"the {COSTS[search.unit]} search waits for {', '.join(waits)} {where}; "
                 f"this machine is {machine}, so they do not run here (times compare only within one machine)"
             )
     return lines
@@ -86,28 +96,42 @@ def run_search(
     dry_run: bool = False,
     max_rounds: int = 50,
     machine: str | None = None,
+    time_limit_s: float | None = None,
     **grid_options: Any,
 ) -> int:
     """Alternate reading the search and running what it waits for (`run_grid` with `grid_options`);
     prints each step and, at the end, each search's outcome. Returns a process exit code.
 
     `machine` is where the runs run (`records.machine_name`; None: this one, as the study's runs would record
-    it): a time search whose baseline ran on another machine is read but not run here."""
+    it): a time search whose baseline ran on another machine is read but not run here.
+    `time_limit_s`: no run starts once that many seconds have passed, over all the grids (rerun to go on)."""
     if machine is None:
         from cadence_harness.running.provenance import machine_on
 
         machine = machine_on(load_recipe(study).device)
-    asked: set[tuple[int, str, tuple[str, ...]]] = set()
+    asked: set[tuple[int, str, tuple[str, ...], bool]] = set()
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
 
-    def run_once(key: tuple[int, str, tuple[str, ...]], recipe: Recipe, again: str) -> bool:
-        """Run `recipe`'s grid unless `key` ran before (then say `again`); False: stop the search."""
-        if key in asked:
+    def run_once(key: tuple[int, str, tuple[str, ...]], recipe: Recipe, again: str, rerun: bool = False) -> int | None:
+        """Run `recipe`'s grid (`rerun`: with ``rerun_elsewhere``); None: go on, else the search's exit code: 1
+        where `key` ran before (then say `again`) or a run failed, 0 once the time limit has passed."""
+        if (*key, rerun) in asked:
             print(f"{again}; stopping ({study})")
-            return False
-        asked.add(key)
-        result = run_grid(recipe, records_dir=records_dir, **grid_options)
-        print(result.summary(), flush=True)
-        return not result.failed
+            return 1
+        asked.add((*key, rerun))
+        options = {**grid_options, **({"rerun_elsewhere": True} if rerun else {})}
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None:
+            options["time_limit_s"] = left
+        result = None if left is not None and left <= 0 else run_grid(recipe, records_dir=records_dir, **options)
+        if result is not None:
+            print(result.summary(), flush=True)
+            if result.failed:
+                return 1
+        if result is None or result.not_started:
+            print(f"the time limit has passed: `cadence-bench grid {study} --search` goes on from here", flush=True)
+            return 0
+        return None
 
     for _ in range(max_rounds):
         _, runs, _ = study_runs(study, records_dir)
@@ -118,24 +142,39 @@ def run_search(
             )
             if dry_run:
                 return 0
-            if not run_once((0, "", ()), load_recipe(study), "these runs were made, yet the study still lacks them"):
-                return 1
+            again = "these runs were made, yet the study still lacks them"
+            if (code := run_once((0, "", ()), load_recipe(study), again)) is not None:
+                return code
             continue
         found = searches(runs)
-        batches = pending_runs(found, machine)
+        if own := sorted({arm for search in found if search.machine == machine for arm in search.own_elsewhere}):
+            print(
+                f"the training time search cannot rank {', '.join(own)}, which ran alone on another machine than "
+                f"its baseline; they run again here first: cadence-bench grid {study} --rerun-elsewhere",
+                flush=True,
+            )
+            if dry_run:
+                return 0
+            again = "these runs ran here, yet the search reads them from another machine"
+            if (code := run_once((0, "", ()), load_recipe(study), again, rerun=True)) is not None:
+                return code
+            continue
+        batches = [(*batch, False) for batch in pending_runs(found, machine)]
+        batches += [(*batch, True) for batch in pending_reruns(found, machine)]
         if not batches:
             print("\n\n".join(search.markdown() for search in found) or f"{study}: no tradeoff curves to search")
             _say(elsewhere(found, machine))
             return 0
-        for seeds, curve, combinations in batches:
-            print(f"the search waits for: {grid_command(study, combinations, seeds, curve)}", flush=True)
+        for seeds, curve, combinations, rerun in batches:
+            command = grid_command(study, combinations, seeds, curve) + (" --rerun-elsewhere" if rerun else "")
+            print(f"the search waits for: {command}", flush=True)
             if dry_run:
                 continue
             grid = {"arms": ["baseline"], "combinations": [arm.split("+") for arm in combinations]}
             recipe = load_recipe(study, {"seeds": seeds, "curve": curve}, grid=grid)
             again = "these runs were made, yet the search asks for them again"
-            if not run_once((seeds, curve, combinations), recipe, again):
-                return 1
+            if (code := run_once((seeds, curve, combinations), recipe, again, rerun=rerun)) is not None:
+                return code
         if dry_run:
             _say(elsewhere(found, machine))
             return 0

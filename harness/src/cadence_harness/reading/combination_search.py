@@ -36,7 +36,9 @@ A round whose runs are missing stops the search there and names them, with the `
 that runs them. A curve whose grid stopped (or still runs) during its longer budgets is read on the seeds that
 ran them all (`Curve.over`; the baseline on two seeds or more), not as a shorter curve that ends early. Nothing
 is extrapolated: a curve that never reaches the target gives only a bound, and such a candidate is never chosen.
-In time, a curve run on another machine than its baseline is not compared.
+In time, a curve run on another machine than its baseline is not compared; where the baseline ran on one machine,
+the search asks for such arms to run again there (``grid --rerun-elsewhere``): the methods alone first, as the
+rounds start from them, then a round's candidates, on the seeds they have.
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ class Search:
     screen: str = "sweep"  # how candidates are screened: "cyclic" where the baseline has a cyclic curve
     elsewhere: set[str] = field(default_factory=set)  # in a time: arms run on another machine than their baseline
     machine: str | None = ""  # in a time: the baseline's machine, where `to_run` must run ("": any; None: none)
+    own_elsewhere: list[str] = field(default_factory=list)  # in a time: methods alone run on another machine
+    rerun: dict[str, tuple[int, str]] = field(default_factory=dict)  # such a candidate -> (its seeds, its curve)
     # arm -> its methods that follow the run's length, so that no cyclic run screens it (`RecordedEffects`)
     by_run_length: dict[str, list[str]] = field(default_factory=dict)
     set_aside: list[str] = field(default_factory=list)  # recorded cyclic screens of such arms, not read
@@ -118,6 +122,13 @@ class Search:
         seeds = self.seeds if self.confirming else 1
         return grid_command(self.study, self.to_run, seeds, self.curve) + " --data-dir ../shared/data"
 
+    def rerun_batches(self) -> list[tuple[int, str, tuple[str, ...]]]:
+        """(seeds, curve, arms) of the candidates that must run again on the baseline's machine (`rerun`)."""
+        grouped: dict[tuple[int, str], list[str]] = {}
+        for arm, key in self.rerun.items():
+            grouped.setdefault(key, []).append(arm)
+        return [(seeds, curve, tuple(arms)) for (seeds, curve), arms in sorted(grouped.items())]
+
     def markdown(self) -> str:
         unit = COSTS[self.unit]
         lines = [
@@ -130,15 +141,28 @@ class Search:
         ]
         lines += ["| method alone | speedup at the baseline's best accuracy | eligible |", "| --- | --- | --- |"]
         lines += [f"| {m} | {self._shown(m, s)} | {why or 'yes'} |" for m, s, why in self.singles]
+        if self.own_elsewhere:
+            count = len(self.own_elsewhere)
+            lines += ["", f"{count} {'method' if count == 1 else 'methods'} alone ran on another machine than the "
+                      f"baseline, so this search cannot rank {'it' if count == 1 else 'them'} and its rounds are "
+                      f"provisional: on {self.machine}, `cadence-bench grid {self.study} --rerun-elsewhere --data-dir "
+                      f"../shared/data` runs the study's runs from elsewhere again there (`cadence-bench grid "
+                      f"{self.study} --search` does so first)."]  # fmt: skip
         for number, round_ in enumerate(self.rounds, 1):
             tried = "; ".join(f"{arm}: {self._shown(arm, s, 'not run yet')}" for arm, s in round_.tried)
             waiting = any(speedup is None and arm not in self.elsewhere for arm, speedup in round_.tried)
+            again = [arm for arm, _ in round_.tried if arm in self.rerun]
             if round_.chosen:
                 outcome = f"chose {round_.chosen}" + _gain_text(round_)
             elif round_.confirming:
                 outcome = f"{round_.confirming} leads on seed 0; it joins the recipe if it still does on all seeds"
+            elif waiting or again:
+                outcome = "waiting for " + " and for ".join(
+                    (["the candidates not run yet"] if waiting else [])
+                    + ([f"{', '.join(again)} to run again on the baseline's machine"] if again else [])
+                )
             else:
-                outcome = "waiting for the candidates not run yet" if waiting else self._no_improvement(round_)
+                outcome = "no candidate improves on it"
 
             lines += [
                 "",
@@ -156,6 +180,10 @@ class Search:
             if self.machine:
                 what += f", on {self.machine} (the baseline's machine: times compare only within one)"
             lines += ["", f"The search continues once these run {what}: `{self.command()}`."]
+        for seeds, curve, arms in self.rerun_batches():
+            command = grid_command(self.study, arms, seeds, curve) + " --rerun-elsewhere --data-dir ../shared/data"
+            lines += ["", f"The search continues once these run again on {self.machine}: `{command}`."]
+        if self.to_run or self.rerun:
             lines[-1] += f" `cadence-bench grid {self.study} --search` runs this round and the ones after it."
         if self.set_aside:
             why = self._why_swept(self.set_aside)
@@ -193,14 +221,6 @@ class Search:
 
     def _why_swept(self, arms: Sequence[str]) -> str:
         return run_length_reason(sorted({m for arm in arms for m in self.by_run_length.get(arm, [])}))
-
-    def _no_improvement(self, round_: Round) -> str:
-        """A finished round that chose nothing: no candidate improves, unless some could not be compared."""
-        foreign = [arm for arm, speedup in round_.tried if speedup is None and arm in self.elsewhere]
-        if not foreign:
-            return "no candidate improves on it"
-        ran = "it ran" if len(foreign) == 1 else "they ran"
-        return f"undecided: {', '.join(foreign)} cannot be compared, {ran} on another machine than the baseline"
 
     def _shown(self, arm: str, speedup: TargetSpeedup | None, missing: str = "—") -> str:
         return speedup.format() if speedup else ELSEWHERE if arm in self.elsewhere else missing
@@ -296,6 +316,7 @@ def greedy_search(
     if unit in TIMED:
         search.machine = base.machine
         search.elsewhere = {c.arm for c in section.curves if other_machine(c, (c.cyclic and cyclic_base) or base)}
+    rerun_here = unit in TIMED and bool(search.machine)  # a candidate that ran elsewhere runs again there
     eligible: list[tuple[str, TargetSpeedup | None]] = []
     identities = set(section.noise_floor.arms) if section.noise_floor else set()
     for methods, curve in sorted(curves.items(), key=lambda item: item[1].arm):
@@ -309,6 +330,8 @@ def greedy_search(
         else:
             _needs_longer(search, curve, base, speedup)
         search.singles.append((curve.arm, speedup, why))
+        if rerun_here and curve.arm not in identities and other_machine(curve, base):
+            search.own_elsewhere.append(curve.arm)  # the rounds start from the methods alone: it runs again first
         if not why:
             eligible.append((curve.arm, speedup))
     eligible.sort(key=lambda item: _rank(item[1]), reverse=True)
@@ -327,13 +350,15 @@ def greedy_search(
             arm = candidate.arm if candidate else "+".join((*search.recipe, method))  # a screened arm's own spelling
             if candidate is not None and against is not None and _partial_screen(candidate, against):
                 candidate = None  # the grid runs the rest of an interrupted screen (it skips the finished runs)
-            if candidate is None:
+            if candidate is not None and against is not None and rerun_here and other_machine(candidate, against):
+                search.rerun[candidate.arm] = (candidate.n, "cyclic" if candidate.cyclic else "sweep")
+            elif candidate is None:
                 missing.append(arm)
                 if run_length is not None and cyclic_base is not None and (follows := run_length(arm)):
                     search.by_run_length[arm] = follows  # the grid runs its sweep, on seed 0
             speedup_at_best = speedup_at_baseline_best(candidate, against, unit) if candidate and against else None
             round_.tried.append((arm, speedup_at_best))
-        if missing:
+        if missing or search.rerun:
             search.to_run = missing
             return search
         best = max(round_.tried, key=lambda item: _rank(item[1]), default=None)
