@@ -31,7 +31,7 @@ install-detection: $(STAMP) ## MMDetection's YOLOX for cadence-detection, in .ve
 	@echo "make install-detection: use $(DETECTION_VENV)/bin/python (e.g. $(DETECTION_VENV)/bin/python -m cadence_harness run detection_shapes --model mmdet/yolox_tiny)"
 
 wheels: $(STAMP) ## build a wheel of every package into dist/ (then: pip install --find-links dist cadence-mixup)
-	rm -rf dist && $(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist $(MEMBERS)
+	rm -rf dist && $(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist $(addprefix ./,$(MEMBERS))
 	@ls dist | wc -l | xargs printf 'make wheels: %s wheels in dist/\n'
 
 # pytest exits 5 when it collected nothing: an empty run must not pass. TEST_WORKERS=0 runs in this process.

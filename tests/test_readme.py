@@ -42,3 +42,14 @@ def test_the_install_commands_name_packages_that_exist() -> None:
                 assert all((folder / "pyproject.toml").is_file() for folder in folders), f"{word} is not a package"
             elif word.startswith("cadence") and "--find-links" not in command:
                 raise AssertionError(f"`{command.strip()}` asks an index for {word}, which no index has")
+
+
+def test_make_wheels_builds_the_packages_of_this_checkout() -> None:
+    """pip reads a bare word such as ``harness`` as a name to fetch from an index (PyPI has an unrelated
+    ``harness``), so every package `make wheels` builds must be named as a path of this checkout."""
+    commands = subprocess.run(["make", "-n", "wheels"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    (command,) = [line for line in commands.splitlines() if " pip wheel " in line]
+    members = command.split("--wheel-dir dist", 1)[1].split()
+    assert len(members) >= 33 and "./harness" in members
+    for member in members:
+        assert member.startswith("./") and (ROOT / member / "pyproject.toml").is_file(), member
