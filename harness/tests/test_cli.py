@@ -111,6 +111,25 @@ def test_the_demo_runs_its_grid_in_this_process_unless_told_to_isolate(
     assert build_parser().parse_args(["demo", "--isolate"]).isolate is True
 
 
+def test_a_failed_demo_run_is_found_where_it_was_recorded(
+    explode_plugin: Any,
+    tiny_recipe: Any,
+    tracking_uri: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """In process a run writes no log file: its error is in its FAILED MLflow run, and the demo says so."""
+    from cadence_harness import demo
+
+    monkeypatch.setenv("CADENCE_TEST_EXPLODE", "1")
+    methods = {"explode": {"on_seed": 0, "how": "raise"}}
+    recipe = tiny_recipe(name="demo-explodes", methods=methods, grid={"arms": ["each"]})
+    monkeypatch.setattr(demo, "demo_recipe", lambda data_dir=None: (recipe, "a recipe whose run fails"))
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--tracking-uri", tracking_uri]) == 1
+    assert f"1 run(s) failed; their errors are in their FAILED runs in {tracking_uri}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
 def test_a_run_on_a_gpu_first_warms_its_process_up_in_no_recorded_run(
     device: str, monkeypatch: pytest.MonkeyPatch, tiny_recipe_file: Any, tracking_uri: str

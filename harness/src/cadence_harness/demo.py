@@ -104,6 +104,11 @@ def run_demo(
     print(f"  mlflow ui --backend-store-uri {uri}")
     print("  then open http://127.0.0.1:5000")
     if result.failed:
-        print(f"\n{len(result.failed)} run(s) failed; their logs are in {Path(out_dir) / 'logs'}", file=sys.stderr)
+        where = (
+            f"their logs are in {Path(out_dir) / 'logs'}"
+            if isolate
+            else f"their errors are in their FAILED runs in {uri}"
+        )
+        print(f"\n{len(result.failed)} run(s) failed; {where}", file=sys.stderr)
         return 1
     return 0
