@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cadence_harness.reading.cards import MARK_END, MARK_START, write_cards, write_index
-from cadence_harness.reading.commands import portable
+from cadence_harness.reading.commands import portable, recipe_argument
 from cadence_harness.reading.plain import hyperparameters, in_short, study_in_short
 from cadence_harness.reading.plots import _palette, colours, plot_prefix, report_palette
 from cadence_harness.reading.report import report_from_runs
@@ -77,6 +77,19 @@ def test_commands_are_shown_relative_to_the_repository_and_the_records_are_uncha
         for line in (ROOT / "method_cards" / "runs" / f"{study}.jsonl").read_text().splitlines():
             shown = portable(json.loads(line)["tags"]["cadence.command"])
             assert not re.search(r"(^|\s|=)/", shown), shown  # no absolute path left
+
+
+def test_a_report_names_a_study_as_its_grids_named_their_recipe() -> None:
+    """A study's name is its recipe file's stem, which ``cadence-bench grid`` cannot find: the commands a report
+    prints to add runs name the file, as the study's own grids did."""
+    records = "--records /home/x/cadence/method_cards/runs"
+    own = [f"cadence-bench grid /home/x/studies/my_study.toml {records}", "cadence-bench grid ../studies/my_study.toml"]
+    assert recipe_argument(own, "my_study") == "../studies/my_study.toml"  # relative to the repository
+    shipped = [f"cadence-bench grid /home/x/cadence/harness/recipes/cifar10_fast_study.toml {records}"]
+    assert recipe_argument([*shipped, "cadence-bench grid cifar10_fast_study"], "cifar10_fast_study") == (
+        "cifar10_fast_study"
+    )
+    assert recipe_argument(["cadence-bench grid other.toml", "python -m x 'unbalanced"], "my_study") == "my_study"
 
 
 def test_each_arm_shows_the_hyperparameters_it_ran_with(runs: list[RunRecord]) -> None:

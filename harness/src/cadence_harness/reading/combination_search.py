@@ -47,6 +47,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from cadence_harness.reading.commands import recipe_argument
 from cadence_harness.reading.cost_matched import cost_matched_budget, cost_matched_markdown
 from cadence_harness.reading.mild import mild_curve
 from cadence_harness.reading.recorded_effects import RecordedEffects
@@ -58,7 +59,7 @@ from cadence_harness.reading.target_speedup import (
     speedup_at_baseline_best,
 )
 from cadence_harness.reading.tradeoff import COSTS, TIMED, Curve, other_machine
-from cadence_harness.records import run_length_reason
+from cadence_harness.records import TAG, run_length_reason
 
 __all__ = [
     "SEARCH_UNITS",
@@ -291,7 +292,8 @@ def greedy_search(
 ) -> Search:
     """The greedy search over `section`'s curves; `conflict(methods)` names why methods cannot run together,
     `run_length(arm)` the arm's methods that follow the elapsed fraction of the run (no cyclic run screens them)."""
-    search = Search(section.experiment, unit)
+    commands = (record.tags.get(f"{TAG}command", "") for record in section.records)
+    search = Search(recipe_argument(commands, section.experiment), unit)
     base = section.sweep_curve("baseline")
     if base is None:
         return search

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
-__all__ = ["portable"]
+__all__ = ["portable", "recipe_argument"]
 
 RECORDS = re.compile(r"^(?P<root>.*?)/?method_cards/runs/?$")
 RECIPE = re.compile(r"^(?P<root>.*?)/?harness/recipes/(?P<name>[^/]+)\.(?:toml|ya?ml)$")
@@ -83,3 +84,21 @@ def portable(command: str) -> str:
         else:
             kept.append(_relative(token, root))
     return shlex.join(kept)
+
+
+def recipe_argument(commands: Iterable[str], name: str) -> str:
+    """How the grids of the study `name` named its recipe (their `portable` commands), for the commands a report
+    prints to add runs to it: a recipe file by its path (a study's name is its file's stem, which ``cadence-bench
+    grid`` cannot find), a shipped recipe by its name; `name` where no command named a file of that stem."""
+    named: Counter[str] = Counter()
+    for command in commands:
+        try:
+            tokens = shlex.split(portable(command))
+        except ValueError:
+            continue
+        if "grid" in tokens and (at := tokens.index("grid") + 1) < len(tokens):
+            recipe = tokens[at]
+            stem, _, suffix = os.path.basename(recipe).rpartition(".")
+            if suffix in ("toml", "yaml", "yml") and stem == name:
+                named[recipe] += 1
+    return named.most_common(1)[0][0] if named else name
