@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from cadence import Algorithm, Classifier, Engine, MethodConflictError, State, Trainer
+from cadence import Algorithm, Classifier, Engine, Event, MethodConflictError, State, Trainer
 from cadence.engine import DeclaredMethod, check_composition, check_declarations
 from cadence.registry import registry
 from cadence.testing import image_dataset
@@ -207,6 +207,45 @@ def test_plan_is_deterministic_and_follows_declared_orders() -> None:
         assert orders == expected, f"{event}: methods must run by declared order, got {orders}"
     again = Engine(State(model=vision_model()), algorithms=_compatible_vision_methods())
     assert engine.describe() == again.describe()
+
+
+def _order_ties(factories: dict[str, Callable[[], Algorithm]]) -> list[str]:
+    """Pairs of `factories`' methods the engine accepts together that act at one event other than INIT, where one
+    changes what the other reads or changes, with one declared order."""
+    ties = []
+    for first, second in itertools.combinations(sorted(n for n in factories if n in registry().methods), 2):
+        a, b = factories[first](), factories[second]()
+        try:
+            check_composition([a, b])
+        except MethodConflictError:
+            continue
+        shared = (set(getattr(type(a), "events", ())) & set(getattr(type(b), "events", ()))) - {Event.INIT}
+        ea, eb = a.effects(), b.effects()
+        touched = (set(ea.writes) & (set(eb.writes) | set(eb.reads))) | (set(eb.writes) & set(ea.reads))
+        if shared and touched and type(a).order == type(b).order:
+            ties.append(f"{first} and {second} (order {type(a).order} at {sorted(e.value for e in shared)})")
+    return ties
+
+
+def test_methods_that_change_the_same_thing_at_one_event_have_distinct_orders() -> None:
+    """The engine sorts by declared order and keeps the `algorithms` list's order for ties, so two methods that
+    change the same thing at one event under one order would run, and give results, in the order the list was
+    written (AugMix and RandAugment, both augmenting images at AFTER_DATALOADER, did). INIT is left out: the
+    surgeries there each declare the whole model, yet replace layer types no other one touches."""
+    ties = _order_ties({**VISION, **AGNOSTIC}) + _order_ties({**TEXT, **AGNOSTIC})
+    assert not ties, f"give each a distinct `order`: {'; '.join(ties)}"
+
+
+def test_augmix_and_randaugment_give_the_same_run_in_either_list_order() -> None:
+    if not {"augmix", "randaugment"} <= set(registry().methods):
+        pytest.skip("augmix or randaugment is not installed")
+    models = []
+    for names in (("augmix", "randaugment"), ("randaugment", "augmix")):
+        trainer = _trainer([VISION[name]() for name in names], text=False)
+        trainer.fit()
+        models.append(dict(trainer.state.model.named_parameters()))
+    for name, parameter in models[0].items():
+        assert torch.equal(parameter, models[1][name]), name
 
 
 def _refusal(check: Callable[[list[Any]], None], methods: list[Any]) -> str | None:

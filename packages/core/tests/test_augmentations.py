@@ -299,6 +299,28 @@ def test_add_dataset_transform_goes_before_to_tensor_in_a_copy() -> None:
     assert len(users.transforms) == 3  # the user's Compose, maybe shared with another dataset, is untouched
 
 
+def test_a_transform_added_later_runs_before_those_added_earlier() -> None:
+    """As on AFTER_DATALOADER, where the method of the higher order augments the batch first: FIT_START adds the
+    transforms by ascending order, so the dataset applies them in the batched path's order."""
+    transforms = pytest.importorskip("torchvision.transforms")
+    first, second = _tag("first"), _tag("second")
+    dataset = _Dataset(transforms.Compose([transforms.CenterCrop(4), transforms.PILToTensor()]))
+    for transform in (first, second):
+        dataset_transforms.add_dataset_transform(torch.utils.data.DataLoader(dataset), transform)
+    steps = dataset.transform.transforms
+    assert steps[1] is second and steps[2] is first and type(steps[3]).__name__ == "PILToTensor"
+    calls: list[str] = []
+    plain = _Dataset(None)
+
+    def recording(name: str):
+        return lambda image: calls.append(name) or image
+
+    for name in ("first", "second"):
+        dataset_transforms.add_dataset_transform(torch.utils.data.DataLoader(plain), recording(name))
+    plain[0]
+    assert calls == ["second", "first"]  # without a Compose too
+
+
 def test_add_dataset_transform_runs_first_otherwise() -> None:
     calls: list[str] = []
     dataset = _Dataset(lambda image: calls.append("users") or image)

@@ -3,16 +3,22 @@
 Methods that can also augment in the dataset (``RandAugment(batched=False)``, ``AugMix(batched=False)``,
 ``ColOut(batch=False)``) add their transform here at FIT_START. Torch only (torchvision is not needed:
 its ``Compose`` is recognised by name).
+
+A transform added later runs before those added earlier. FIT_START runs methods by ascending ``order``, and
+AFTER_DATALOADER, where the same methods augment batches, by descending order: so the dataset applies them
+in the order the batched path does (RandAugment, 55, before AugMix, 50, before ColOut, 30).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["add_dataset_transform"]
 
 _TO_TENSOR = {"ToTensor", "PILToTensor", "ToImage", "ToImageTensor"}
+_ADDED: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()  # dataset -> transforms added here
 
 
 class _Then:
@@ -28,14 +34,18 @@ class _Then:
         return f"{self.first!r} -> {self.second!r}"
 
 
-def _insert(existing: Callable[[Any], Any] | None, transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def _insert(
+    existing: Callable[[Any], Any] | None, transform: Callable[[Any], Any], added: list[Any]
+) -> Callable[[Any], Any]:
+    """`existing` with `transform` run first of the transforms `added` before, else just before the conversion to a
+    tensor (on the final-size image, as Composer does), else before everything."""
     if existing is None:
         return transform
     steps = getattr(existing, "transforms", None)
     compose: Any = type(existing)  # torchvision's Compose, by name: torchvision is not imported here
     if compose.__name__ == "Compose" and isinstance(steps, list):
         for index, step in enumerate(steps):
-            if type(step).__name__ in _TO_TENSOR:  # augment the final-size image, as Composer does
+            if any(step is other for other in added) or type(step).__name__ in _TO_TENSOR:
                 return compose([*steps[:index], transform, *steps[index:]])
     return _Then(transform, existing)
 
@@ -79,7 +89,12 @@ def add_dataset_transform(dataloader: Any, transform: Callable[[Any], Any]) -> N
             "the DataLoader's persistent workers are already running and would never see the new transform; "
             "use batched=True, or add the transform to the dataset before creating the DataLoader"
         )
-    dataset.transform = _insert(dataset.transform, transform)
+    try:
+        added = _ADDED.setdefault(dataset, [])
+    except TypeError:  # a dataset that cannot be weakly referenced or hashed: earlier additions are not known
+        added = []
+    dataset.transform = _insert(dataset.transform, transform, added)
+    added.append(transform)
     joint: Any = getattr(dataset, "transforms", None)
     if type(joint).__name__ == "StandardTransform":  # torchvision keeps a second reference here
         joint.transform = dataset.transform

@@ -24,6 +24,9 @@ class RandAugment(AugmentationMethod):
     """
 
     generators = {"randaugment": "device"}
+    # before AugMix (50) on AFTER_DATALOADER (high runs first there), and so also in the dataset: two augmentations of
+    # one order would run in the order the `algorithms` list gives, and so would the result
+    order = 55
 
     def __init__(
         self,
