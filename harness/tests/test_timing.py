@@ -191,3 +191,53 @@ def test_the_host_speed_reading_times_a_fixed_piece_of_python_work() -> None:
     readings = iter([0.0, 3e-4, 1.0, 1.0 + 2e-4, 2.0, 2.0 + 5e-4])  # three repeats: 300, 200, 500 us
     best = machine_probe.host_speed_us(repeats=3, clock=lambda: next(readings))
     assert abs(best - 200 * machine_probe.SPEED_UNIT / machine_probe.SPEED_WORK) < 1e-6
+
+
+class SlowSamples(torch.utils.data.Dataset):
+    """16 samples of a 4-feature problem, each read in 10 ms (a loader that cannot keep up)."""
+
+    def __init__(self) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(16, 4, generator=generator), torch.randint(0, 2, (16,), generator=generator)
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(0.01)
+        return self.x[index], self.y[index]
+
+
+def test_a_run_that_waits_for_its_data_is_called_data_bound() -> None:
+    from cadence_harness.running.timing import data_bound_warning
+
+    timer = RunTimer()
+    model = Classifier(torch.nn.Linear(4, 2), 2)
+    Trainer(
+        model=model,
+        train_dataloader=DataLoader(SlowSamples(), batch_size=4),
+        max_duration="4ba",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        callbacks=[timer],
+        progress_bar=False,
+        seed=0,
+    ).fit()
+    summary = timer.summary(torch.device("cpu"))
+    assert summary["final/data_wait_frac"] > 0.5  # 40 ms of reading per batch against a 4x2 linear step
+    warning = data_bound_warning(summary, "slow-s0")
+    assert warning is not None and warning.startswith("warning: slow-s0 waited for its batches")
+    assert data_bound_warning({"final/data_wait_frac": 0.2}, "fast-s0") is None  # at most a fifth: not called so
+
+
+def test_a_harness_run_says_when_it_was_data_bound(
+    tiny_recipe: Any, tracking_uri: str, monkeypatch: Any, capsys: Any
+) -> None:
+    from cadence_harness.running import run, timing
+    from cadence_harness.running.runspec import RunSpec
+
+    summary = timing.RunTimer.summary
+    monkeypatch.setattr(
+        timing.RunTimer, "summary", lambda self, device: {**summary(self, device), "final/data_wait_frac": 0.6}
+    )
+    run.execute(RunSpec(tiny_recipe(), (), 0), tracking_uri=tracking_uri, progress_bar=False)
+    assert "waited for its batches 60% of its run (above 20%)" in capsys.readouterr().err

@@ -13,6 +13,7 @@ is closed.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from cadence_harness.running.recipe import Recipe, build_algorithm
 from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.scale_out import check_world, parallelism_config, sharding
 from cadence_harness.running.text_tokenizers import DEFAULT_VOCAB_SIZE, build_tokenizer, tokenizer_sha256
-from cadence_harness.running.timing import RunTimer
+from cadence_harness.running.timing import RunTimer, data_bound_warning
 
 __all__ = [
     "RunLoaders",
@@ -364,6 +365,8 @@ def execute(
     finally:
         trainer.close()
     metrics = {**timer.summary(device), **flops.summary(), **compiled}
+    if (warning := data_bound_warning(metrics, spec.run_name)) and distributed.get_rank() == 0:
+        print(warning, file=sys.stderr, flush=True)
     return RunResult(mlflow_logger.run_id, metrics, data.dataset.source)
 
 

@@ -267,3 +267,21 @@ class RunTimer(Callback):
             if self.time_to_target_s is not None:
                 summary["final/time_to_target_s"] = self.time_to_target_s
         return summary
+
+
+DATA_BOUND_FRACTION = 0.2  # a run that waited longer than this share of its run for its batches is data-bound
+
+
+def data_bound_warning(metrics: dict[str, float], run_name: str) -> str | None:
+    """A warning when the run waited for its batches (the loader, and the methods that augment them as they
+    arrive) above `DATA_BOUND_FRACTION` of its run, else None: then the input pipeline, not the model, set its
+    pace, and its training time, and any time speedup read from it, measure that pipeline."""
+    waited = metrics.get("final/data_wait_frac", 0.0)
+    if waited <= DATA_BOUND_FRACTION:
+        return None
+    return (
+        f"warning: {run_name} waited for its batches {waited:.0%} of its run (above {DATA_BOUND_FRACTION:.0%}): "
+        "the data pipeline set its pace, so its training time measures the pipeline, not the model. Keep the data "
+        "on the device (the harness's tensor loaders), augment on the device (batched=True), or give a "
+        "DataLoader more workers (num_workers)"
+    )
