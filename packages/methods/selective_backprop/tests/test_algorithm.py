@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from cadence_selective_backprop import SelectiveBackprop
 from torch.utils.data import DataLoader
 
-from cadence import Classifier, Event, Logger, MethodError, Resource, State, Timestamp, Trainer
+from cadence import Classifier, Event, Logger, MethodError, NotApplicableError, Resource, State, Timestamp, Trainer
 from cadence.testing import TinyCNN, image_dataset, tiny_image_classifier
 
 
@@ -104,6 +104,29 @@ def test_loss_without_reduction_fails_at_construction_of_the_trainer() -> None:
             device="cpu",
             progress_bar=False,
         )
+
+
+def test_a_loss_that_takes_reduction_but_returns_one_number_is_refused_before_the_first_step() -> None:
+    """Its signature passes the construction check; scoring the first batch before training finds it out, where
+    the run would otherwise fail only once the method's window opens (here half-way)."""
+
+    class MeanLoss(Classifier):
+        def loss(self, outputs: torch.Tensor, batch: object, reduction: str = "mean") -> torch.Tensor:
+            return F.cross_entropy(outputs, batch[1])  # type: ignore[index]  # ignores `reduction`
+
+    model = MeanLoss(TinyCNN(), num_classes=4)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=DataLoader(image_dataset(16), batch_size=4),
+        max_duration="2ep",
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        algorithms=[SelectiveBackprop(start=0.5, end=1.0, keep=0.5, interrupt=0)],
+        device="cpu",
+        progress_bar=False,
+    )
+    with pytest.raises(NotApplicableError, match=r"must return per-sample losses \(4,\), got \(\)"):
+        trainer.fit()
+    assert trainer.state.timestamp.batch == 0
 
 
 def test_needs_max_duration() -> None:

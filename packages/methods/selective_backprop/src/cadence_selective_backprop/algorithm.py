@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from cadence import Effects, Event, Resource, State
+from cadence import Effects, Event, NotApplicableError, Resource, State
 from cadence.ops import (
     BatchKey,
     RandomMethod,
@@ -20,6 +20,7 @@ from cadence.ops import (
 )
 from cadence_selective_backprop.functional import (
     check_per_sample_loss,
+    check_per_sample_losses,
     check_selective_backprop_args,
     select_indices_using_loss,
     should_selective_backprop,
@@ -105,5 +106,15 @@ class SelectiveBackprop(RandomMethod):
 
     def check_applicable(self, model: Any, batch: Any) -> None:
         check_per_sample_loss(model)
-        read_batch_item(self, batch, self.input_key, "inputs", "input_key")
+        inputs = read_batch_item(self, batch, self.input_key, "inputs", "input_key")
         read_batch_item(self, batch, self.target_key, "targets", "target_key")
+        if self.keep < 1:  # a loss that takes `reduction` yet returns a mean would fail only once the window opens
+            with torch.no_grad(), eval_mode(model):
+                losses = model.loss(model(batch), batch, reduction="none")
+            try:
+                check_per_sample_losses(losses, inputs.shape[0], f"{type(model).__name__}.loss")
+            except ValueError as error:
+                raise NotApplicableError(
+                    f"SelectiveBackprop ranks the samples of a batch by their losses, but {error}. Fix: make the "
+                    "loss honour reduction='none' (one loss per sample), or leave SelectiveBackprop out"
+                ) from None

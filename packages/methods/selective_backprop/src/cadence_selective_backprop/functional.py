@@ -13,6 +13,7 @@ from cadence.ops.checks import check_int, check_number
 
 __all__ = [
     "check_per_sample_loss",
+    "check_per_sample_losses",
     "check_selective_backprop_args",
     "select_indices_using_loss",
     "select_using_loss",
@@ -127,11 +128,7 @@ def select_indices_using_loss(
         if scale_factor != 1:
             scored = F.interpolate(input, scale_factor=scale_factor, mode=_INTERPOLATION[input.ndim])
         losses = loss_fun(model(scored), target, reduction="none")
-    if not isinstance(losses, torch.Tensor) or losses.ndim == 0 or losses.shape[0] != num_samples:
-        shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
-        raise ValueError(
-            f"`loss_fun`(..., reduction='none') must return per-sample losses ({num_samples},), got {shape}"
-        )
+    check_per_sample_losses(losses, num_samples, "`loss_fun`")
     ranked = losses.reshape(num_samples, -1).float().mean(dim=1).argsort()  # ascending loss
     percentile = (torch.arange(num_samples, device=input.device, dtype=torch.float32) + 0.5) / num_samples
     chosen = torch.multinomial(percentile ** (1.0 / keep - 1.0), num_kept, replacement=False, generator=generator)
@@ -150,6 +147,13 @@ def takes_reduction(function: Callable[..., Any]) -> bool:
 def _check_keep_and_scale(keep: float, scale_factor: float) -> None:
     check_number("keep", keep, gt=0, le=1, hint="the fraction of each batch back-propagated")
     check_number("scale_factor", scale_factor, gt=0, le=1, hint="scoring may only downsample")
+
+
+def check_per_sample_losses(losses: Any, num_samples: int, name: str) -> None:
+    """Refuse what `name`(..., reduction='none') returned unless it holds one loss per sample of `num_samples`."""
+    if not isinstance(losses, torch.Tensor) or losses.ndim == 0 or losses.shape[0] != num_samples:
+        shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
+        raise ValueError(f"{name}(..., reduction='none') must return per-sample losses ({num_samples},), got {shape}")
 
 
 def check_per_sample_loss(model: Any) -> None:
