@@ -33,7 +33,9 @@ class GyroDropout(SurgeryMethod, RandomMethod):
     """
 
     events = (Event.INIT, Event.BATCH_START, Event.BEFORE_FORWARD)
-    order = 0  # replaces dropout layers only: no other surgery touches them
+    # INIT: after the surgeries that build blocks holding dropout (GatedLinearUnits, -20), before those at 10 and
+    # up, which touch no dropout; distinct from StochasticDepth's 0 at BATCH_START (neither reads what the other sets)
+    order = 5
     generators = {"gyro_dropout": "device"}
 
     def __init__(
