@@ -43,7 +43,7 @@ def _gyro(trainer: Trainer) -> GyroDropoutLayer:
 
 def test_events_effects_and_repr() -> None:
     algorithm, state = GyroDropout(), State(model=torch.nn.Linear(2, 2), max_duration="4ba")
-    assert [e for e in Event if algorithm.match(e, state)] == [Event.INIT]
+    assert [e for e in Event if algorithm.match(e, state)] == [Event.INIT, Event.BATCH_START, Event.BEFORE_FORWARD]
     assert algorithm.effects().writes == {Resource.MODEL} and algorithm.required_on_load()
     assert repr(GyroDropout(sigma=1024, tau=8)) == "GyroDropout(p=0.5, sigma=1024, tau=8, seed=None, strict=False)"
 
@@ -80,3 +80,67 @@ def test_a_checkpoint_after_surgery_restores_the_sub_networks_and_needs_the_meth
 def test_bad_hyperparameters_are_refused_at_construction(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         GyroDropout(**kwargs)
+
+
+# Steps are optimizer steps: microbatches and SAM's second pass use the step's masks ----------------------------------
+def _sam() -> cadence.Algorithm:
+    algorithms = pytest.importorskip("cadence.algorithms")
+    if not hasattr(algorithms, "SAM"):
+        pytest.skip("cadence-sam is not installed")
+    return algorithms.SAM(rho=0.05)
+
+
+@pytest.mark.parametrize("sam", [False, True], ids=["plain", "sam"])
+@pytest.mark.parametrize("microbatch_size", [None, 2, 1], ids=["1-microbatch", "2-microbatches", "4-microbatches"])
+def test_the_step_count_is_the_number_of_optimizer_steps(microbatch_size: int | None, sam: bool) -> None:
+    """Composer counts forwards: 4 microbatches made it 4 per step, SAM 2 (the audit saw 8 after 4 SAM steps)."""
+    algorithms = [GyroDropout(sigma=4, tau=2), *([_sam()] if sam else [])]
+    trainer = _trainer(algorithms, max_duration="4ba", device_train_microbatch_size=microbatch_size)
+    trainer.fit()
+    assert trainer.state.timestamp.batch == 4 and _gyro(trainer).training_step == 4
+
+
+def _masks_per_step(microbatch_size: int | None, sam: bool) -> dict[int, list[torch.Tensor]]:
+    """The (rows, units) mask of every training forward of a 6-step run, by step (period 2: new picks at 1, 3, 5)."""
+    algorithms = [GyroDropout(sigma=4, tau=2, seed=5), *([_sam()] if sam else [])]
+    trainer = _trainer(algorithms, device_train_microbatch_size=microbatch_size)
+    masks: dict[int, list[torch.Tensor]] = {}
+    layer = _gyro(trainer)
+    layer.register_forward_hook(
+        lambda module, args, out: masks.setdefault(trainer.state.timestamp.batch, []).append(layer.dropout_mask.clone())
+    )
+    trainer.fit()
+    assert layer.period == 2 and sorted(masks) == list(range(6))
+    return masks
+
+
+@pytest.mark.parametrize("sam", [False, True], ids=["plain", "sam"])
+@pytest.mark.parametrize("microbatch_size", [2, 1], ids=["2-microbatches", "4-microbatches"])
+def test_every_microbatch_of_a_step_uses_the_steps_masks_as_the_unsplit_batch(microbatch_size: int, sam: bool) -> None:
+    """Each microbatch's rows get the masks they get in the unsplit batch of 4 (tau=2: rows 0-1 pick 0, 2-3 pick 1),
+    in both of SAM's passes; the picks change every 2 optimizer steps, not every 2 forwards."""
+    whole = _masks_per_step(None, sam=False)
+    split = _masks_per_step(microbatch_size, sam)
+    passes = 2 if sam else 1
+    for step, forwards in split.items():
+        assert len(forwards) == passes * 4 // microbatch_size and len(whole[step]) == 1
+        for start in range(0, len(forwards), len(forwards) // passes):
+            one_pass = torch.cat(forwards[start : start + len(forwards) // passes])
+            assert torch.equal(one_pass, whole[step][0]), f"step {step}"
+    assert not all(torch.equal(whole[0][0], whole[s][0]) for s in range(6))  # the picks do change
+
+
+def test_a_resumed_run_with_microbatches_equals_the_uninterrupted_one(tmp_path: Path) -> None:
+    """The step count (extra state), the pool and picks (buffers) and the generator are in the checkpoint: resumed
+    after 3 of 6 steps of 4 microbatches, the run ends bitwise where the uninterrupted one does."""
+    uninterrupted = _trainer(
+        [GyroDropout(sigma=4, tau=2, seed=3)], device_train_microbatch_size=1, save_folder=tmp_path, save_interval="3ba"
+    )
+    uninterrupted.fit()
+    resumed = _trainer(
+        [GyroDropout(sigma=4, tau=2, seed=3)], device_train_microbatch_size=1, load_path=tmp_path / "ep0-ba3.pt"
+    )
+    assert _gyro(resumed).training_step == 3  # steps, not the 12 forwards they took
+    resumed.fit()
+    assert _gyro(resumed).training_step == 6
+    assert_same_tensors(resumed.state.model.state_dict(), uninterrupted.state.model.state_dict(), "model")

@@ -163,3 +163,62 @@ def test_bad_arguments_are_refused_naming_them(kwargs: dict, error: type, match:
     with pytest.raises(error, match=match):
         GyroDropoutLayer(**arguments)
     assert type(model[1]) is nn.Dropout
+
+
+def test_used_alone_every_training_forward_is_a_step_as_in_composer() -> None:
+    layer = _layer(iters=10, epochs=2, sigma=8, tau=2)
+    for _ in range(3):
+        layer(torch.ones(4, 6))
+    assert layer.training_step == 3
+
+
+def test_start_step_counts_optimizer_steps_and_microbatches_get_the_unsplit_batchs_masks() -> None:
+    """A hand-written loop with 4 microbatches per step (and a second pass, as SAM's): the count follows start_step,
+    and with batch_size and microbatch_offset every row gets the mask it gets in the unsplit batch."""
+    whole, split = _layer(iters=10, epochs=2, sigma=8, tau=4), _layer(iters=10, epochs=2, sigma=8, tau=4)  # period 8
+    x = torch.rand(8, 6)
+    for step in range(10):
+        expected = whole(x)  # one forward per step: Composer's count
+        split.start_step(batch_size=8)
+        for _ in range(2):  # two passes over the step's batch
+            outputs = []
+            for offset in range(0, 8, 2):
+                split.microbatch_offset = offset
+                outputs.append(split(x[offset : offset + 2]))
+            assert torch.equal(torch.cat(outputs), expected), f"step {step}"
+        assert split.training_step == whole.training_step == step + 1
+    assert torch.equal(split.selected_masks, whole.selected_masks)  # picked at steps 0 and 8 in both
+
+
+def test_start_step_without_a_batch_size_splits_each_input_and_keeps_the_steps_picks() -> None:
+    layer = _layer(iters=4, epochs=1, sigma=8, tau=2)  # period 1: new picks every step
+    layer.start_step()
+    first = layer(torch.ones(2, 6))
+    picks = layer.selected_masks
+    second = layer(torch.ones(2, 6))
+    assert torch.equal(first, second) and layer.selected_masks is picks and layer.training_step == 1
+    mask = layer.preselect_masks[picks].float() * 2  # each microbatch of 2 rows is split in tau=2 blocks on its own
+    assert torch.equal(first, mask)
+    layer.start_step()
+    layer(torch.ones(2, 6))
+    assert layer.selected_masks is not picks and layer.training_step == 2
+    with pytest.raises(ValueError, match="`batch_size`=0"):
+        layer.start_step(0)
+
+
+def test_picks_due_in_a_step_without_a_forward_are_drawn_after_a_resume() -> None:
+    """A step that begins a period but never reaches the layer (a branch not taken) leaves its picks due: the state
+    dict carries that, so a resumed loop draws them where the uninterrupted one does."""
+    layer = _layer(iters=10, epochs=2, sigma=8, tau=2)  # period 4
+    for _ in range(4):
+        layer(torch.ones(4, 6))  # used alone: 4 steps, picks drawn at the first
+    layer.start_step(4)  # step 5 begins a period; no forward reaches the layer
+    fresh = _layer(iters=10, epochs=2, sigma=8, tau=2, seed=1)
+    fresh.load_state_dict(layer.state_dict())
+    fresh.generator.set_state(layer.generator.get_state())
+    before = layer.selected_masks.clone()
+    x = torch.rand(4, 6)
+    for resumed in (fresh, layer):
+        resumed.start_step(4)
+    assert torch.equal(fresh(x), layer(x)) and fresh.training_step == layer.training_step == 6
+    assert torch.equal(fresh.selected_masks, layer.selected_masks) and not torch.equal(layer.selected_masks, before)

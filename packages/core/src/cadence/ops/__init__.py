@@ -24,7 +24,7 @@ The adapter side (``algorithm.py`` imports these from ``cadence.ops``):
   recorded in checkpoints): base classes that leave a method's adapter a few lines per event.
 * `require_tensor`, `read_batch_item`, `describe_batch`: for `Algorithm.check_applicable`.
 * `eval_mode` (a scoring pass that leaves every module's train/eval flag as it was).
-* Batch access (`BatchKey`, `check_batch_key`, `batch_get_item`, `batch_set_item`,
+* Batch access (`BatchKey`, `check_batch_key`, `batch_get_item`, `batch_set_item`, `batch_num_samples`,
   `take_samples`, `batch_to_device`, `split_batch`) and `autocast_context`, re-exported from the core.
 
 See ``packages/methods/README.md`` for how a method package uses them.
@@ -33,6 +33,7 @@ See ``packages/methods/README.md`` for how a method package uses them.
 from cadence.batch import (
     BatchKey,
     batch_get_item,
+    batch_num_samples,
     batch_set_item,
     batch_to_device,
     check_batch_key,
@@ -98,6 +99,7 @@ __all__ = [
     "augmentation_sets",
     "autocast_context",
     "batch_get_item",
+    "batch_num_samples",
     "batch_set_item",
     "batch_to_device",
     "check_batch_key",

@@ -31,8 +31,11 @@ def apply_gyro_dropout(
 
     Args:
         model: the network (a ``torch.compile``-d model is unwrapped; DDP is refused).
-        iters_per_epoch: training steps per epoch; with `max_epoch`, the run's length in steps,
-            over which the pool is cycled once.
+        iters_per_epoch: training (optimizer) steps per epoch; with `max_epoch`, the run's length in
+            steps, over which the pool is cycled once. The layers count a training forward as a
+            step unless the loop begins each step with `GyroDropoutLayer.start_step` (as
+            `GyroDropout` does under the Trainer): a loop with several forwards per step
+            (gradient accumulation, SAM) must, or the picks change too often.
         max_epoch: the run's length in epochs (a fraction is fine: only the product counts).
         p: the drop probability of every replaced layer, in [0, 1) (the ``nn.Dropout``'s own `p`
             only decides whether it is replaced: Composer also replaces ``p=0`` placeholders).
