@@ -66,7 +66,7 @@ class MethodConformance:
     image_shape: tuple[int, ...] = (3, 32, 32)
     batch_size: int = 4
     #: batch sizes the method must handle (it must reject the others when constructed)
-    supported_batch_sizes: tuple[int, ...] = (1, 2, 3)
+    supported_batch_sizes: tuple[int, ...] = (1, 2, 3, 7)
     #: False for methods whose functional changes the spatial size (resizing, row/column drops)
     functional_preserves_shape: bool = True
     functional_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
