@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from cadence import NotApplicableError, distributed
-from cadence_harness.cli_parser import build_parser
+from cadence_harness.cli_parser import UsageError, build_parser
 from cadence_harness.reading.study import StudyError, experiment_runs, studies_runs
 from cadence_harness.records import TAG, RecordError, default_records_dir, records_file
 from cadence_harness.running.bridge import export_runs
 from cadence_harness.running.budgets import leaf_recipes
 from cadence_harness.running.data import REPO_ROOT, check_data_dir
-from cadence_harness.running.grid import check_arms, parse_shard, run_grid, select_shard
+from cadence_harness.running.grid import check_arms, check_in_process, parse_shard, run_grid, select_shard
 from cadence_harness.running.plan import expand, swept_instead
 from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value
 from cadence_harness.running.recipe_checks import DATASETS
@@ -159,6 +159,9 @@ def _grid_recipe(args: argparse.Namespace) -> Any:
 def cmd_grid(args: argparse.Namespace) -> int:
     from cadence_harness.running.preflight import require_device
 
+    check_in_process(args.isolate, args.timeout, args.jobs)  # flags that contradict each other: before anything
+    if args.rate is not None and not args.estimate:
+        raise RecipeError(f"`--rate` = {args.rate:g}: only --estimate reads it; add --estimate, or drop --rate")
     if args.search:
         return _search(args)
     recipe = _grid_recipe(args)
@@ -330,7 +333,11 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; an input that cannot work is refused with one line on stderr and exit code 2."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as error:  # argparse's own refusals: a flag's value, a missing argument
+        print(error, file=sys.stderr)
+        return 2
     try:
         check_data_dir(getattr(args, "data_dir", None))
         return COMMANDS[args.command](args)
