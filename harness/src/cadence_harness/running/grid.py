@@ -47,7 +47,7 @@ from cadence_harness.running.runners import (
     worker_threads,
 )
 from cadence_harness.running.runspec import RunSpec, config_hash
-from cadence_harness.running.scale_out import require_processes
+from cadence_harness.running.scale_out import check_shares, require_processes
 from cadence_harness.running.tracking import finished_config_hashes, resolve_tracking_uri
 
 __all__ = ["GridResult", "check_arms", "check_in_process", "parse_shard", "run_grid", "select_shard"]
@@ -60,7 +60,8 @@ def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None
 
     The recipe's model and data are built here, on the CPU, by the same functions as a worker's
     (the batches have the same structure, dtype and keys; a missing dataset is found here too), and
-    each method is asked once, through the instance validation built.
+    each method is asked once, through the instance validation built. A run of ``nproc`` processes is asked
+    whether its data can be shared among them (`scale_out.check_shares`).
     """
     from cadence_harness.running.run import build_data, build_model
 
@@ -75,6 +76,7 @@ def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None
                 arms[name].append(spec.arm_name)
     cpu = torch.device("cpu")
     data = build_data(recipe, specs[0].seed, cpu, data_dir, download)
+    check_shares(recipe.nproc, data.train, data.eval, recipe.subset, recipe.eval_subset)  # before torchrun starts
     batch = sample_batch(data.train, data.eval, cpu)
     check_applicable(((name, recipe.algorithm(name)) for name in arms), build_model(recipe, data), batch, arms)
 
