@@ -137,6 +137,8 @@ def test_misspelled_names_get_the_close_match(capsys: pytest.CaptureFixture[str]
     assert "did you mean 'tv/resnet20'?" in refused(capsys, "run", model)
     model[2] = "hf/bert-tine"
     assert "did you mean 'hf/bert-tiny'?" in refused(capsys, "run", model)
+    line = refused(capsys, "grid", ["grid", "cifar10_resnet2", "--dry-run"])
+    assert "recipe 'cifar10_resnet2' is not a file nor a shipped recipe; did you mean 'cifar10_resnet20'? " in line
 
 
 def test_a_misspelled_real_method_gets_the_close_match(

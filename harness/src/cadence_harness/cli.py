@@ -24,11 +24,11 @@ from cadence_harness.running.budgets import leaf_recipes
 from cadence_harness.running.data import REPO_ROOT, check_data_dir
 from cadence_harness.running.grid import check_arms, check_in_process, parse_shard, run_grid, select_shard
 from cadence_harness.running.plan import expand, swept_instead
-from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value
+from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value, shipped_recipes
 from cadence_harness.running.recipe_checks import DATASETS
 from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.tracking import resolve_tracking_uri
-from cadence_harness.store_report import build_report
+from cadence_harness.store_report import build_report, require_store_experiments
 
 __all__ = ["main"]
 
@@ -237,7 +237,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
     study: list[str] = []
     if args.study:
-        study, runs, notes = studies_runs(args.study, default_records_dir(args.records))
+        study, runs, notes = studies_runs(args.study, default_records_dir(args.records), shipped_recipes())
         print("\n".join(notes))
         report = report_from_runs(runs, out_dir=args.out)
     else:
@@ -260,6 +260,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    require_store_experiments(args.tracking_uri, [args.experiment], "`export`")  # else "appended 0 runs", exit 0
     path = records_file(default_records_dir(args.records), args.experiment)
     added = export_runs(resolve_tracking_uri(args.tracking_uri), args.experiment, path)
     print(f"appended {len(added)} finished runs of {args.experiment!r} to {path}")
@@ -272,7 +273,8 @@ def cmd_spread(args: argparse.Namespace) -> int:
 
     folder, runs = default_records_dir(args.records), []
     for experiment in args.experiment:
-        runs += experiment_runs(experiment, folder, f"`spread` {experiment!r}")[1]
+        grid = experiment if experiment in shipped_recipes() else None  # the grid that writes its records
+        runs += experiment_runs(experiment, folder, f"`spread` {experiment!r}", grid)[1]
     print(format_spreads(spreads(runs, min_seeds=args.min_seeds)))
     return 0
 
