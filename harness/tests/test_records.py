@@ -209,6 +209,29 @@ def test_records_that_cannot_be_read_are_refused_in_one_line(
     assert "no such file or folder of run records (*.jsonl); pass the folder" in capsys.readouterr().err
 
 
+def test_a_report_or_export_of_an_experiment_that_does_not_exist_is_refused(
+    store: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "No finished runs found." (an empty report) or "appended 0 finished runs", with exit code 0."""
+    uri, _ = store
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    for argv, asked in (
+        (["report", "--experiment", "swep", "--out", str(out)], "`--experiment` 'swep'"),
+        (["export", "swep", "--records", str(runs)], "`export` 'swep'"),
+    ):
+        assert main([*argv, "--tracking-uri", uri]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"cadence-bench {argv[0]}: {asked}: no experiment of that name in the MLflow store at ")
+        assert "(--tracking-uri); did you mean 'sweep'? experiments there: " in line
+    assert not out.exists() and not runs.exists()  # nothing was written, nothing replaced
+    assert main(["export", "nonexistent_exp", "--tracking-uri", uri, "--records", str(runs)]) == 2
+    assert "did you mean" not in capsys.readouterr().err
+    export_runs(uri, "sweep", runs / "sweep.jsonl")
+    assert main(["report", "--experiment", "swep", "--records", str(runs), "--out", str(out)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.endswith(f"in the run records {runs} (--records); did you mean 'sweep'? experiments there: sweep")
+
+
 def test_git_sha_reads_a_checkout_and_a_worktree_of_it(tmp_path) -> None:
     import subprocess
 

@@ -137,6 +137,8 @@ def test_misspelled_names_get_the_close_match(capsys: pytest.CaptureFixture[str]
     assert "did you mean 'tv/resnet20'?" in refused(capsys, "run", model)
     model[2] = "hf/bert-tine"
     assert "did you mean 'hf/bert-tiny'?" in refused(capsys, "run", model)
+    line = refused(capsys, "grid", ["grid", "cifar10_resnet2", "--dry-run"])
+    assert "recipe 'cifar10_resnet2' is not a file nor a shipped recipe; did you mean 'cifar10_resnet20'? " in line
 
 
 def test_a_misspelled_real_method_gets_the_close_match(
@@ -181,3 +183,41 @@ def test_methods_that_cannot_run_together_are_refused_before_any_run(
     line = refused(capsys, "grid", [*argv, "--methods", "mixup,cutmix", "--log-dir", str(tmp_path / "logs")])
     assert "the arm mixup+cutmix: MixUp and CutMix cannot be used together" in line
     assert nothing_logged(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--in-process", "--jobs", "2"], "`--in-process` with --jobs 2: in-process runs cannot be timed out or run "
+         "in parallel (this one process runs them one after another); drop --jobs, or --in-process"),
+        (["--in-process", "--timeout", "10"], "`--in-process` with --timeout 10: in-process runs cannot be timed out"),
+        (["--in-process", "--timeout", "10", "--search"], "drop --timeout, or --in-process"),  # before the search
+        (["--jobs", "0"], "argument --jobs: '0': must be an int >= 1; see `cadence-bench grid --help`"),
+        (["--jobs", "1.5"], "argument --jobs: '1.5': must be an int >= 1"),
+        (["--time-limit", "-5"], "argument --time-limit: '-5': must be a number of seconds > 0"),
+        (["--timeout", "nan"], "argument --timeout: 'nan': must be a number of seconds > 0"),
+        (["--estimate", "--rate", "-1"], "argument --rate: '-1': must be a number of GFLOP/s > 0"),
+        (["--rate", "50"], "`--rate` = 50: only --estimate reads it; add --estimate, or drop --rate"),
+        (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),  # argparse's own refusals: one line too
+    ],
+)  # fmt: skip
+def test_grid_flags_that_cannot_work_are_refused_before_anything_runs(
+    capsys: pytest.CaptureFixture[str],
+    tiny_recipe_file: Any,
+    tracking_uri: str,
+    tmp_path: Path,
+    flags: list[str],
+    expected: str,
+) -> None:
+    argv = ["grid", tiny_recipe_file(), "--tracking-uri", tracking_uri, "--log-dir", str(tmp_path / "logs"), *flags]
+    assert expected in refused(capsys, "grid", argv)
+    assert nothing_logged(tmp_path)
+
+
+def test_counts_of_the_reading_commands_are_refused_below_one(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["report", "--study", "cifar10_resnet20_study"], ["spread", "cifar10_fast"]):
+        line = refused(capsys, command[0], [*command, "--min-seeds", "0"])
+        assert line == f"cadence-bench {command[0]}: argument --min-seeds: '0': must be an int >= 1; see " + (
+            f"`cadence-bench {command[0]} --help`"
+        )
+    assert refused(capsys, "grid", ["grid"]).startswith("cadence-bench grid: the following arguments are required")

@@ -54,7 +54,9 @@ def test_a_set_too_small_for_a_share_per_rank_is_refused() -> None:
         TensorLoader(data, batch_size=4, shuffle=True, drop_last=True, rank=1, world_size=2)  # no full batch
     with pytest.raises(ValueError, match="each of 4 ranks"):
         TensorLoader(data, batch_size=4, shuffle=False, rank=0, world_size=4)  # a rank without samples
-    assert len(TensorLoader(data, batch_size=4, shuffle=True, drop_last=True)) == 1  # one process: a short batch
+    one = TensorLoader(data, batch_size=4, shuffle=True, drop_last=True)
+    assert len(one) == 1 and one.shares_for(1) and not one.shares_for(2)  # one process: a short batch
+    assert TensorLoader(data, batch_size=4, shuffle=False).shares_for(3)  # evaluation: a sample per rank
 
 
 def test_each_rank_draws_its_own_augmentation() -> None:
@@ -99,6 +101,33 @@ def test_what_cannot_work_is_refused_before_anything_runs(
     assert main(["run", tiny_recipe_file(), "--tracking-uri", tracking_uri, *flags]) == 2
     assert says in capsys.readouterr().err
     assert not Path(tracking_uri.removeprefix("sqlite:///")).exists()  # no MLflow run, not even a store
+
+
+@pytest.mark.parametrize("command", ["run", "grid"])
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--subset", "2"], "`nproc` = 2: 2 training samples (subset = 2) make no full batch of 4, and each of the 2 "
+         "processes must train on its share of every batch; use --subset 4 or more, --batch-size 2 or less, or "
+         "--nproc 1"),
+        (["--eval-subset", "1"], "`nproc` = 2: 1 evaluation samples (eval_subset = 1) cannot give each of the 2 "
+         "processes one to evaluate; use --eval-subset 2 or more, or --nproc 1"),
+    ],
+)  # fmt: skip
+def test_data_too_small_to_share_is_refused_before_torchrun_starts(
+    command: str,
+    flags: list[str],
+    says: str,
+    tiny_recipe_file: Any,
+    tracking_uri: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each rank's loader would refuse it (`TensorLoader.shares_for`): asked of the data one process builds."""
+    argv = [command, tiny_recipe_file(), "--nproc", "2", "--tracking-uri", tracking_uri, *flags]
+    assert main([*argv, *(["--log-dir", str(tmp_path / "logs")] if command == "grid" else [])]) == 2
+    assert capsys.readouterr().err.strip() == f"cadence-bench {command}: {says}"
+    assert not Path(tracking_uri.removeprefix("sqlite:///")).exists() and not (tmp_path / "logs").exists()
 
 
 def test_a_method_that_cannot_work_is_refused_before_torchrun_starts(

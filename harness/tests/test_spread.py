@@ -95,6 +95,26 @@ def test_the_command_reads_run_records_and_names_a_missing_experiment(
     assert "cadence-bench spread: `spread` 'sst2_bert_tiny': no run records at" in capsys.readouterr().err
 
 
+def test_a_misspelled_experiment_or_study_gets_the_closest_record_file_not_a_grid_that_would_fail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("cifar10_fast", "cifar10_resnet20_study"):
+        append_records(records_file(tmp_path, name), [_record("baseline", 0, 2.8)])
+    out = ["--out", str(tmp_path / "out")]
+    for argv, asked, close in (
+        (["spread", "cifar10_fsat"], "`spread` 'cifar10_fsat'", "cifar10_fast"),
+        (["report", "--study", "cifar10_resnet20_sudy", *out], "`--study` 'cifar10_resnet20_sudy'",
+         "cifar10_resnet20_study"),
+    ):  # fmt: skip
+        assert main([*argv, "--records", str(tmp_path)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"cadence-bench {argv[0]}: {asked}: no run records at ")
+        assert f"; did you mean {close!r}" in line and "cadence-bench grid" not in line
+        assert line.endswith("records there: cifar10_fast, cifar10_resnet20_study (or pass --records FOLDER)")
+    assert main(["spread", "cifar10_resnet20", "--records", str(tmp_path)]) == 2  # a shipped recipe never run
+    assert "`cadence-bench grid cifar10_resnet20` writes them there" in capsys.readouterr().err
+
+
 def test_the_gpu_timing_script_parses_and_refuses_a_machine_without_cuda(tmp_path: Path) -> None:
     import subprocess
     import sys

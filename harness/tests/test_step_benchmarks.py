@@ -35,3 +35,28 @@ def test_the_first_run_benchmark_trains_the_demo_in_a_fresh_process_and_compares
     assert "process 1 (demo-digits): train_s " in printed and "first over the rest's median" in printed
     with pytest.raises(SystemExit):
         first_run.main(["--runs", "1"])
+
+
+def test_the_suite_s_help_lists_the_benchmarks_and_runs_none(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m cadence_harness.benchmarks --help`` answers as every benchmark module does, instead of starting
+    the whole suite (minutes)."""
+    import importlib
+
+    suite = importlib.import_module("cadence_harness.benchmarks.__main__")
+
+    def no_benchmark(name: str) -> None:
+        raise AssertionError(f"--help started {name}")
+
+    monkeypatch.setattr(suite.importlib, "import_module", no_benchmark)
+    with pytest.raises(SystemExit) as exit_:
+        suite.main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: python -m cadence_harness.benchmarks")
+    assert all(f"\n  {name}: " in text for name in suite.BENCHMARKS) and "``" not in text
+    assert "  first_run: The first run of a process against the runs after it" in text
+    with pytest.raises(SystemExit) as exit_:
+        suite.main(["--bogus"])
+    assert exit_.value.code == 2

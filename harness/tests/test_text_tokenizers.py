@@ -9,7 +9,13 @@ import pytest
 
 from cadence_harness.running import data, text_tokenizers
 from cadence_harness.running.data import synthetic_text
-from cadence_harness.running.text_tokenizers import ship_tokenizer, shipped_path, tokenizer_sha256, trained_tokenizer
+from cadence_harness.running.text_tokenizers import (
+    ShippedTokenizerError,
+    ship_tokenizer,
+    shipped_path,
+    tokenizer_sha256,
+    trained_tokenizer,
+)
 
 # The committed tokenizer's fingerprint as loaded. sst2_bert_tiny's records log 8a96f8945ca5942d: a run fingerprints
 # it after tokenising, and the truncation and padding of its last call are part of the definition it hashes.
@@ -48,6 +54,9 @@ def test_a_shipped_tokenizer_is_what_every_machine_loads(tmp_path: Path, monkeyp
     monkeypatch.setenv("CADENCE_CACHE", str(machine_a))
     path = ship_tokenizer("bert-tiny", texts, 300)
     assert path == shipped_path("bert-tiny", texts, 300) and path.parent == shipped
+    content, stamp = path.read_text(), path.stat().st_mtime_ns
+    assert ship_tokenizer("bert-tiny", texts, 300) == path  # shipped again, the same: nothing is written
+    assert path.stat().st_mtime_ns == stamp and path.read_text() == content
     from_a = trained_tokenizer("bert-tiny", texts, 300)
     (cached,) = machine_a.glob("tokenizer-bert-tiny-300-*.json")
     cached.write_text("{}")  # machine A's cache is no longer read: a broken file would raise
@@ -56,8 +65,9 @@ def test_a_shipped_tokenizer_is_what_every_machine_loads(tmp_path: Path, monkeyp
     from_b = trained_tokenizer("bert-tiny", texts, 300)
     assert tokenizer_sha256(from_b) == tokenizer_sha256(from_a) and not list(machine_b.glob("tokenizer-*"))
     assert from_b(texts[:5])["input_ids"] == from_a(texts[:5])["input_ids"]
-    with pytest.raises(FileExistsError, match="already shipped"):
-        ship_tokenizer("bert-tiny", texts, 300)
+    path.write_text(trained_tokenizer("bert-tiny", texts, 200).backend_tokenizer.to_str())  # another one shipped
+    with pytest.raises(ShippedTokenizerError, match="already shipped for these texts, and differs from this machine"):
+        ship_tokenizer("bert-tiny", texts, 300)  # machine B's tokenizer (trained now) is not what is shipped
     assert shipped_path("bert-tiny", texts[:-1], 300) != path != shipped_path("bert-tiny", texts, 200)
 
 
@@ -75,3 +85,26 @@ def test_the_bert_study_s_texts_find_the_committed_tokenizer() -> None:
     path = shipped_path("bert-tiny", sst2.train_text, 8192)
     assert path.is_file(), f"{path.name} is not shipped: ship it with python -m {text_tokenizers.__name__}"
     assert tokenizer_sha256(trained_tokenizer("bert-tiny", sst2.train_text, 8192)) == BERT_STUDY_TOKENIZER
+
+
+def test_the_command_says_when_the_same_tokenizer_is_shipped_and_refuses_another_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command harness/README.md documents, run again: exit 0 saying so, not a FileExistsError traceback."""
+    recipe = tmp_path / "text.yaml"  # JSON, which YAML reads
+    recipe.write_text('{"name": "text", "model": "hf/bert-tiny", "data": "synthetic_text", "duration": "1ba", '
+                      '"max_length": 16, "model_kwargs": {"vocab_size": 300}}')  # fmt: skip
+    monkeypatch.setattr(text_tokenizers, "SHIPPED", tmp_path / "shipped")
+    monkeypatch.setenv("CADENCE_CACHE", str(tmp_path / "cache"))
+    text_tokenizers.main([str(recipe)])
+    (path,) = (tmp_path / "shipped").iterdir()
+    assert capsys.readouterr().out == f"shipped {path}; commit it\n"
+    text_tokenizers.main([str(recipe)])
+    assert capsys.readouterr().out.startswith(f"{path} is already shipped: this machine's tokenizer for these texts")
+    path.write_text(path.read_text().replace('"[UNK]"', '"[UNKNOWN]"'))  # another tokenizer under its name
+    with pytest.raises(SystemExit) as exit_:
+        text_tokenizers.main([str(recipe)])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert exit_.value.code == 2 and line.startswith(f"python -m {text_tokenizers.__name__}: {path} is already")
+    assert line.endswith(f"to ship this machine's instead, remove {path.name} and run this again "
+                         "(the runs recorded with the shipped one would then no longer repeat)")  # fmt: skip

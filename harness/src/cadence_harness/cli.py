@@ -16,19 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from cadence import NotApplicableError, distributed
-from cadence_harness.cli_parser import build_parser
+from cadence_harness.cli_parser import UsageError, build_parser
 from cadence_harness.reading.study import StudyError, experiment_runs, studies_runs
 from cadence_harness.records import TAG, RecordError, default_records_dir, records_file
 from cadence_harness.running.bridge import export_runs
 from cadence_harness.running.budgets import leaf_recipes
 from cadence_harness.running.data import REPO_ROOT, check_data_dir
-from cadence_harness.running.grid import check_arms, parse_shard, run_grid, select_shard
+from cadence_harness.running.grid import check_arms, check_in_process, parse_shard, run_grid, select_shard
 from cadence_harness.running.plan import expand, swept_instead
-from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value
+from cadence_harness.running.recipe import RecipeError, load_recipe, method_names, parse_value, shipped_recipes
 from cadence_harness.running.recipe_checks import DATASETS
 from cadence_harness.running.runspec import RunSpec
 from cadence_harness.running.tracking import resolve_tracking_uri
-from cadence_harness.store_report import build_report
+from cadence_harness.store_report import build_report, require_store_experiments
 
 __all__ = ["main"]
 
@@ -159,6 +159,9 @@ def _grid_recipe(args: argparse.Namespace) -> Any:
 def cmd_grid(args: argparse.Namespace) -> int:
     from cadence_harness.running.preflight import require_device
 
+    check_in_process(args.isolate, args.timeout, args.jobs)  # flags that contradict each other: before anything
+    if args.rate is not None and not args.estimate:
+        raise RecipeError(f"`--rate` = {args.rate:g}: only --estimate reads it; add --estimate, or drop --rate")
     if args.search:
         return _search(args)
     recipe = _grid_recipe(args)
@@ -234,7 +237,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
     study: list[str] = []
     if args.study:
-        study, runs, notes = studies_runs(args.study, default_records_dir(args.records))
+        study, runs, notes = studies_runs(args.study, default_records_dir(args.records), shipped_recipes())
         print("\n".join(notes))
         report = report_from_runs(runs, out_dir=args.out)
     else:
@@ -257,6 +260,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    require_store_experiments(args.tracking_uri, [args.experiment], "`export`")  # else "appended 0 runs", exit 0
     path = records_file(default_records_dir(args.records), args.experiment)
     added = export_runs(resolve_tracking_uri(args.tracking_uri), args.experiment, path)
     print(f"appended {len(added)} finished runs of {args.experiment!r} to {path}")
@@ -269,7 +273,8 @@ def cmd_spread(args: argparse.Namespace) -> int:
 
     folder, runs = default_records_dir(args.records), []
     for experiment in args.experiment:
-        runs += experiment_runs(experiment, folder, f"`spread` {experiment!r}")[1]
+        grid = experiment if experiment in shipped_recipes() else None  # the grid that writes its records
+        runs += experiment_runs(experiment, folder, f"`spread` {experiment!r}", grid)[1]
     print(format_spreads(spreads(runs, min_seeds=args.min_seeds)))
     return 0
 
@@ -330,7 +335,11 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; an input that cannot work is refused with one line on stderr and exit code 2."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as error:  # argparse's own refusals: a flag's value, a missing argument
+        print(error, file=sys.stderr)
+        return 2
     try:
         check_data_dir(getattr(args, "data_dir", None))
         return COMMANDS[args.command](args)

@@ -4,10 +4,13 @@ spread, methods (and the grid's hidden worker); `cadence_harness.cli` runs them.
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from cadence_harness.running.scale_out import FSDP_STRATEGIES
 
-__all__ = ["build_parser"]
+__all__ = ["UsageError", "build_parser"]
 
 DESCRIPTION = (
     "Train and compare speed-up methods. run: one configuration; grid: a recipe's arms x budgets x seeds; "
@@ -21,6 +24,42 @@ RECORDS_HELP = (
     "folder of run records <experiment>.jsonl (default: $CADENCE_RECORDS, else the repository's method_cards/runs, "
     "else ./method_cards/runs)"
 )
+
+
+class UsageError(ValueError):
+    """A command line argparse cannot parse: `main` prints it as the one line of every refusal, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors one line naming the argument, the bad value and the fix (as every refusal of
+    ``cadence-bench`` is; harness/README.md), instead of a screenful of usage before it. Subcommands' parsers
+    are of this class too (argparse makes them of their parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}; see `{self.prog} --help`")
+
+
+def _number(kind: Callable[[str], Any], least: float, strictly: bool, what: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` that reads a number of `kind` and refuses one below `least` (or at it, `strictly`),
+    NaN and infinity: such a value would run nothing useful, or fail later with a traceback (``--jobs 0``), or
+    print nonsense (``--rate -1`` estimated negative minutes)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value < least or (strictly and value == least):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
+        return value
+
+    return parse
+
+
+# The flags of recipe keys (--subset, --seeds, --nproc, ...) stay plain ints: the recipe checks them, with their key.
+COUNT = _number(int, 1, False, "an int >= 1")
+SECONDS = _number(float, 0, True, "a number of seconds > 0")
+RATE = _number(float, 0, True, "a number of GFLOP/s > 0, e.g. 50")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +115,7 @@ def _recipe_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cadence-bench", description=DESCRIPTION)
+    parser = _Parser(prog="cadence-bench", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="train one configuration (one or more seeds) in this process")
@@ -106,18 +145,18 @@ def build_parser() -> argparse.ArgumentParser:
         "times all come from this one (the newest run of a configuration counts)",
     )
     grid.add_argument("--dry-run", action="store_true", help="list the runs and their config hashes, run nothing")
-    grid.add_argument("--timeout", type=float, help="seconds before a run is killed and recorded failed (--isolate)")
+    grid.add_argument("--timeout", type=SECONDS, help="seconds before a run is killed and recorded failed (--isolate)")
     where = grid.add_mutually_exclusive_group()
     where.add_argument("--isolate", action="store_const", const=True, help="one process per run (default on CPU)")
     where.add_argument("--in-process", dest="isolate", action="store_const", const=False, help="(default on GPU)")
-    grid.add_argument("--time-limit", type=float, metavar="S", help="start no run after S seconds (rerun to go on)")
+    grid.add_argument("--time-limit", type=SECONDS, metavar="S", help="start no run after S seconds (rerun to go on)")
     grid.add_argument("--log-dir", default="cadence_runs/logs", help="where each run's console output goes")
-    grid.add_argument("--jobs", type=int, default=1, help="runs at once (default 1: concurrent runs distort timings)")
+    grid.add_argument("--jobs", type=COUNT, default=1, help="runs at once (default 1: concurrent runs distort timings)")
     grid.add_argument(
         "--estimate", action="store_true", help="list the runs, estimate their FLOPs and time; run nothing"
     )
     grid.add_argument(
-        "--rate", type=float, help="with --estimate: GFLOP/s to assume (else the study's records, else here)"
+        "--rate", type=RATE, help="with --estimate: GFLOP/s to assume (else the study's records, else here)"
     )
     grid.add_argument(
         "--records", help="import the runs recorded here before starting, append each finished run; " + RECORDS_HELP
@@ -148,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --study: write Results into the method cards and method_cards/INDEX.md",
     )
-    report.add_argument("--min-seeds", type=int, default=3, help="arms with fewer seeds stay out of the cards")
+    report.add_argument("--min-seeds", type=COUNT, default=3, help="arms with fewer seeds stay out of the cards")
     report.add_argument("--methods-root", help=argparse.SUPPRESS)
     report.add_argument("--index", help=argparse.SUPPRESS)
     report.add_argument("--tracking-uri", help=TRACKING_HELP)
@@ -171,14 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     spread.add_argument("experiment", nargs="+", help="experiments whose run records to read (e.g. cifar10_fast)")
     spread.add_argument("--records", help=RECORDS_HELP)
-    spread.add_argument("--min-seeds", type=int, default=3, help="configurations with fewer seeds are left out")
+    spread.add_argument("--min-seeds", type=COUNT, default=3, help="configurations with fewer seeds are left out")
 
     commands.add_parser("methods", help="list the installed methods: what each does, and its hyperparameters")
 
     worker = commands.add_parser("worker")  # internal: one grid run in its own process
     worker.add_argument("spec")
     worker.add_argument("--run-id-file")
-    worker.add_argument("--microbatch-size", type=int)
+    worker.add_argument("--microbatch-size", type=COUNT)
     worker.add_argument("--tag", action="append", default=[])
     worker.add_argument("--progress", action="store_true")
     _common(worker)

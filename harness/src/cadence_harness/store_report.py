@@ -7,15 +7,37 @@ rebuilt, and compared, without the store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from cadence_harness.reading.report import Report, report_from_records
-from cadence_harness.records import records_file
+from cadence_harness.records import read_records, records_file
 from cadence_harness.running.bridge import export_runs
-from cadence_harness.running.tracking import client, harness_experiments
+from cadence_harness.running.recipe import RecipeError
+from cadence_harness.running.tracking import client, harness_experiments, resolve_tracking_uri
 
-__all__ = ["build_report", "export_store"]
+__all__ = ["build_report", "export_store", "require_experiments", "require_store_experiments"]
+
+
+def require_experiments(names: Iterable[str], known: Sequence[str], where: str, asked_as: str) -> None:
+    """Refuse a name of no experiment in `known` (those `where` holds), naming the argument (`asked_as`), the
+    closest names and all of them: a misspelled experiment would otherwise report or export nothing, and say so
+    only as "no finished runs" with exit code 0."""
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=2)
+            guess = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+            raise RecipeError(
+                f"{asked_as} {name!r}: no experiment of that name in {where}; {guess}"
+                f"experiments there: {', '.join(known) or 'none'}"
+            )
+
+
+def require_store_experiments(tracking_uri: str | None, names: Iterable[str], asked_as: str) -> None:
+    """`require_experiments` of the MLflow store at `tracking_uri`: its experiments that hold cadence-bench runs."""
+    where = f"the MLflow store at {resolve_tracking_uri(tracking_uri)} (--tracking-uri)"
+    require_experiments(names, harness_experiments(client(tracking_uri)), where, asked_as)
 
 
 def export_store(tracking_uri: str | None, experiments: Sequence[str] | None, records_dir: str | Path) -> list[Path]:
@@ -43,8 +65,14 @@ def build_report(
     """Tables (Markdown and CSV) and plots for every experiment, written under `out_dir`.
 
     The runs come from the run-record files or folders `records` when given (MLflow is not touched),
-    else from the MLflow store at `tracking_uri`, exported first to ``<out_dir>/records``.
+    else from the MLflow store at `tracking_uri`, exported first to ``<out_dir>/records``. An experiment
+    of `experiments` that they do not hold is refused (`require_experiments`).
     """
     if records is None:
+        require_store_experiments(tracking_uri, experiments or (), "`--experiment`")  # before a file is replaced
         records = export_store(tracking_uri, experiments, Path(out_dir) / "records")
+    elif experiments:
+        known = sorted({record.experiment for record in read_records(records)})
+        where = f"the run records {', '.join(map(str, records))} (--records)"
+        require_experiments(experiments, known, where, "`--experiment`")
     return report_from_records(records, experiments, out_dir=out_dir, plots=plots)

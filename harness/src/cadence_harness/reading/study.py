@@ -11,7 +11,8 @@ machine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from cadence_harness.records import RunRecord, read_records, records_file
@@ -23,23 +24,32 @@ class StudyError(ValueError):
     """A study that cannot be read or reported: the message names the study and what to do."""
 
 
-def experiment_runs(name: str, records_dir: str | Path, asked_as: str) -> tuple[Path, list[RunRecord]]:
-    """The record file of experiment `name` and its runs; a missing file is refused, naming `asked_as` (the
-    argument that asked for it) and the grid that writes it."""
+def experiment_runs(
+    name: str, records_dir: str | Path, asked_as: str, grid: str | None = None
+) -> tuple[Path, list[RunRecord]]:
+    """The record file of experiment `name` and its runs. A missing file is refused naming `asked_as` (the argument
+    that asked for it) and what to do: the grid that writes it when the caller knows one (`grid`: the recipe
+    ``cadence-bench grid`` takes), else the closest names of the record files there, a misspelling's fix (a
+    grid command of a misspelled name would fail too)."""
     path = records_file(records_dir, name)
     if not path.is_file():
-        raise StudyError(
-            f"{asked_as}: no run records at {path}; `cadence-bench grid {name}` writes them there as its "
-            "runs finish (or pass --records FOLDER)"
-        )
+        if grid is not None:
+            hint = f"`cadence-bench grid {grid}` writes them there as its runs finish (or pass --records FOLDER)"
+        else:
+            there = sorted(p.stem for p in path.parent.glob("*.jsonl"))
+            close = difflib.get_close_matches(name, there, n=2)
+            guess = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+            hint = f"{guess}records there: {', '.join(there) or 'none'} (or pass --records FOLDER)"
+        raise StudyError(f"{asked_as}: no run records at {path}; {hint}")
     return path, [r for r in read_records([path]) if r.experiment == name]
 
 
-def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord], str]:
+def study_runs(study: str, records_dir: str | Path, recipes: Collection[str] = ()) -> tuple[str, list[RunRecord], str]:
     """The name of the study `study` (a recipe's name; a recipe file's stem), its runs, and a line saying which
-    records were kept."""
+    records were kept. `recipes`: the shipped recipes' names, which a refusal may name as the grid to run."""
     name = Path(study).stem if Path(study).suffix in (".toml", ".yaml", ".yml") else study
-    path, runs = experiment_runs(name, records_dir, f"`--study` {study!r}")
+    grid = study if study in recipes or Path(study).is_file() else None
+    path, runs = experiment_runs(name, records_dir, f"`--study` {study!r}", grid)
     kept = [r for r in runs if r.tag("study") == name]
     note = f"study {name}: {len(kept)} of the {len(runs)} runs in {path} belong to the grid of its recipe"
     if len(kept) < len(runs):
@@ -47,12 +57,14 @@ def study_runs(study: str, records_dir: str | Path) -> tuple[str, list[RunRecord
     return name, kept, note
 
 
-def studies_runs(given: Sequence[str], records_dir: str | Path) -> tuple[list[str], list[RunRecord], list[str]]:
+def studies_runs(
+    given: Sequence[str], records_dir: str | Path, recipes: Collection[str] = ()
+) -> tuple[list[str], list[RunRecord], list[str]]:
     """`study_runs` of each study named in `given` (each entry one name or several separated by commas),
     in order and once each: their names, all their runs, and a note per study."""
     names, runs, notes = [], [], []
     for study in dict.fromkeys(n.strip() for entry in given for n in entry.split(",") if n.strip()):
-        name, kept, note = study_runs(study, records_dir)
+        name, kept, note = study_runs(study, records_dir, recipes)
         names.append(name)
         runs += kept
         notes.append(note)

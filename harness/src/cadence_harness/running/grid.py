@@ -47,10 +47,10 @@ from cadence_harness.running.runners import (
     worker_threads,
 )
 from cadence_harness.running.runspec import RunSpec, config_hash
-from cadence_harness.running.scale_out import require_processes
+from cadence_harness.running.scale_out import check_shares, require_processes
 from cadence_harness.running.tracking import finished_config_hashes, resolve_tracking_uri
 
-__all__ = ["GridResult", "check_arms", "parse_shard", "run_grid", "select_shard"]
+__all__ = ["GridResult", "check_arms", "check_in_process", "parse_shard", "run_grid", "select_shard"]
 
 _NOT_STARTED = "not started: the grid's time limit had passed"
 
@@ -60,7 +60,8 @@ def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None
 
     The recipe's model and data are built here, on the CPU, by the same functions as a worker's
     (the batches have the same structure, dtype and keys; a missing dataset is found here too), and
-    each method is asked once, through the instance validation built.
+    each method is asked once, through the instance validation built. A run of ``nproc`` processes is asked
+    whether its data can be shared among them (`scale_out.check_shares`).
     """
     from cadence_harness.running.run import build_data, build_model
 
@@ -75,8 +76,22 @@ def check_arms(recipe: Recipe, specs: list[RunSpec], data_dir: str | None = None
                 arms[name].append(spec.arm_name)
     cpu = torch.device("cpu")
     data = build_data(recipe, specs[0].seed, cpu, data_dir, download)
+    check_shares(recipe.nproc, data.train, data.eval, recipe.subset, recipe.eval_subset)  # before torchrun starts
     batch = sample_batch(data.train, data.eval, cpu)
     check_applicable(((name, recipe.algorithm(name)) for name in arms), build_model(recipe, data), batch, arms)
+
+
+def check_in_process(isolate: bool | None, timeout_s: float | None, jobs: int) -> None:
+    """Refuse ``--in-process`` with what only a process per run can do (``isolate`` False: asked for in-process):
+    a run is timed out by killing its process, and runs at once need a process each. The command line asks
+    this before anything runs (a ``--search`` too), `run_grid` again for its other callers."""
+    given = ([f"--timeout {timeout_s:g}"] if timeout_s is not None else []) + ([f"--jobs {jobs}"] if jobs > 1 else [])
+    if isolate is False and given:
+        drop = " and ".join(flag.split()[0] for flag in given)
+        raise RecipeError(
+            f"`--in-process` with {' and '.join(given)}: in-process runs cannot be timed out or run in parallel "
+            f"(this one process runs them one after another); drop {drop}, or --in-process"
+        )
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -184,12 +199,9 @@ def run_grid(
     if recipe.nproc > 1 and recipe.device == "gpu" and jobs > 1:
         raise RecipeError(f"`--jobs` = {jobs} with --nproc {recipe.nproc} on GPUs: every job would take GPUs 0 to "
                           f"{recipe.nproc - 1}; drop --jobs")  # fmt: skip
+    check_in_process(isolate, timeout_s, jobs)
     if isolate is None:
         isolate = recipe.device != "gpu" or timeout_s is not None or jobs > 1 or recipe.nproc > 1
-    elif not isolate and (timeout_s is not None or jobs > 1):
-        raise ValueError(
-            "in-process runs cannot be timed out or run in parallel; drop --timeout/--jobs or --in-process"
-        )
     from tqdm.auto import tqdm
 
     require_device(recipe.device)

@@ -242,7 +242,8 @@ class TensorLoader:
         if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
             raise ValueError(f"rank={rank!r}, world_size={world_size!r}: need ints with 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
-        if world_size > 1 and (self.num_samples < world_size or (drop_last and not self.drop_last)):
+        self._drop_last_asked = drop_last
+        if not self.shares_for(world_size):
             raise ValueError(
                 f"{self.num_samples} samples cannot give each of {world_size} ranks a share of every batch of "
                 f"{batch_size}: every rank must step (and evaluate) as often; use more samples or fewer processes"
@@ -251,6 +252,14 @@ class TensorLoader:
         self._epoch_now = 0  # the epoch being yielded (`epoch` already counts it once it started)
         self.device = tensors[0].device
         self._generator = torch.Generator(device=self.device)
+
+    def shares_for(self, world_size: int) -> bool:
+        """Whether `world_size` ranks can each take a share of every batch: every rank must step (and evaluate) as
+        often, so each needs a sample, and, when the last short batch is to be dropped, there must be a full
+        batch (one process keeps its short batch instead). `scale_out.check_shares` asks it of one process's
+        loaders before torchrun starts the ranks that would refuse."""
+        asked_full = self._drop_last_asked and self.num_samples < self.batch_size
+        return world_size == 1 or (self.num_samples >= world_size and not asked_full)
 
     def __len__(self) -> int:
         if self.drop_last:

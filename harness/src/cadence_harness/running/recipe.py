@@ -87,6 +87,7 @@ __all__ = [
     "load_recipe",
     "method_names",
     "parse_recipe",
+    "shipped_recipes",
 ]
 
 RECIPES_DIR = Path(__file__).resolve().parents[3] / "recipes"
@@ -256,8 +257,17 @@ def resolve_recipe_path(name_or_path: str | Path) -> Path:
     for candidate in (RECIPES_DIR / f"{name_or_path}.toml", RECIPES_DIR / str(name_or_path)):
         if candidate.is_file():
             return candidate
-    shipped = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))) or "none"
-    raise RecipeError(f"recipe {str(name_or_path)!r} is not a file nor a shipped recipe; shipped: {shipped}")
+    shipped = shipped_recipes()
+    raise RecipeError(
+        f"recipe {str(name_or_path)!r} is not a file nor a shipped recipe; {did_you_mean(str(name_or_path), shipped)}"
+        f"shipped: {', '.join(shipped) or 'none'}"
+    )
+
+
+def shipped_recipes() -> list[str]:
+    """The names of the shipped recipes (``harness/recipes/*.toml``): what ``cadence-bench grid NAME`` takes, so
+    what a misspelled name is matched against, and what a refusal may name as the grid that writes its records."""
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))
 
 
 def read_recipe_file(path: Path) -> dict[str, Any]:

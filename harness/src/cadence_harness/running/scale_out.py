@@ -30,6 +30,7 @@ from cadence_harness.running.recipe_checks import RecipeError, check_int, fail, 
 __all__ = [
     "FSDP_STRATEGIES",
     "check_scale_out",
+    "check_shares",
     "check_world",
     "launcher",
     "parallelism_config",
@@ -76,6 +77,30 @@ def check_scale_out(values: dict[str, Any]) -> None:
         check_parallelism_config(parallelism_config(values["fsdp"]), precision, "cuda" if device == "gpu" else "cpu")
     except (TypeError, ValueError) as error:
         raise fail("fsdp", dict(fsdp), str(error)) from None
+
+
+def check_shares(nproc: int, train: Any, evaluate: Any, subset: int | None, eval_subset: int | None) -> None:
+    """Refuse, before torchrun starts, data too small to share among `nproc` processes, asked of the loaders one
+    process built (`train`, `evaluate`) for the grid's method checks: each rank's loader would refuse it, and the
+    run would end as N tracebacks. Only the loaders know their sample counts (a dataset smaller than ``subset``,
+    a causal LM's blocks), so this waits for the data; a ``DataLoader`` is sharded by the Trainer's sampler."""
+    from cadence_harness.running.loaders import TensorLoader
+
+    if nproc > 1 and isinstance(train, TensorLoader) and not train.shares_for(nproc):
+        count, batch = train.num_samples, train.batch_size
+        fixes = [f"--subset {batch} or more" if subset is not None else "more training samples"]
+        fixes += [f"--batch-size {count - count % nproc} or less"] if count >= nproc else []
+        raise RecipeError(
+            f"`nproc` = {nproc}: {count} training samples{f' (subset = {subset})' if subset is not None else ''} "
+            f"make no full batch of {batch}, and each of the {nproc} processes must train on its share of every "
+            f"batch; use {', '.join(fixes)}, or --nproc 1"
+        )
+    if nproc > 1 and isinstance(evaluate, TensorLoader) and not evaluate.shares_for(nproc):
+        given = f" (eval_subset = {eval_subset})" if eval_subset is not None else ""
+        raise RecipeError(
+            f"`nproc` = {nproc}: {evaluate.num_samples} evaluation samples{given} cannot give each of the {nproc} "
+            f"processes one to evaluate; use --eval-subset {nproc} or more, or --nproc {evaluate.num_samples}"
+        )
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:

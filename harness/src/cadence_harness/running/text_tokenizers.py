@@ -24,7 +24,15 @@ from typing import Any
 from cadence_harness.running.data import cache_dir, replace_when_complete
 from cadence_harness.running.models import HF_CONFIGS, family, pretrained_folder
 
-__all__ = ["SHIPPED", "build_tokenizer", "ship_tokenizer", "shipped_path", "tokenizer_sha256", "trained_tokenizer"]
+__all__ = [
+    "SHIPPED",
+    "ShippedTokenizerError",
+    "build_tokenizer",
+    "ship_tokenizer",
+    "shipped_path",
+    "tokenizer_sha256",
+    "trained_tokenizer",
+]
 
 CACHE_FORMAT = 1
 DEFAULT_VOCAB_SIZE = 8192  # a config-built model's vocabulary unless its recipe sets model_kwargs.vocab_size
@@ -60,16 +68,21 @@ def trained_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
     shipped = shipped_path(kind, texts, vocab_size)
     if shipped.is_file():
         return _as_transformers(kind, tokenizers.Tokenizer.from_file(str(shipped)))
+    return _as_transformers(kind, _machine_tokenizer(kind, texts, vocab_size))
+
+
+def _machine_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Any:
+    """This machine's own tokenizer for `texts` (a `tokenizers.Tokenizer`), shipped or not: the one in its cache,
+    else one trained now (then saved there). What `ship_tokenizer` ships."""
+    import tokenizers
+
     key = _digest(f"{CACHE_FORMAT}\0{kind}\0{vocab_size}\0{tokenizers.__version__}", texts)
     path = cache_dir() / f"tokenizer-{kind}-{vocab_size}-{key}.json"
-    if path.is_file():
-        tokenizer = tokenizers.Tokenizer.from_file(str(path))
-    else:
+    if not path.is_file():
         tokenizer = _train(kind, texts, vocab_size)
         with replace_when_complete(path) as handle:  # two processes at once: one whole file wins
             handle.write(tokenizer.to_str().encode("utf-8"))
-        tokenizer = tokenizers.Tokenizer.from_file(str(path))  # the one saved, whichever process wrote it
-    return _as_transformers(kind, tokenizer)
+    return tokenizers.Tokenizer.from_file(str(path))  # the one saved, whichever process wrote it
 
 
 def shipped_path(kind: str, texts: Sequence[str], vocab_size: int, folder: Path | None = None) -> Path:
@@ -87,17 +100,34 @@ def _digest(header: str, texts: Sequence[str]) -> str:
     return digest.hexdigest()[:16]
 
 
+class ShippedTokenizerError(FileExistsError):
+    """Another tokenizer than this machine's is shipped for the texts: the message says what to do."""
+
+
 def ship_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, folder: Path | None = None) -> Path:
-    """Write this machine's tokenizer for `texts` (trained now, or its cached one) to `folder`, where
+    """Write this machine's tokenizer for `texts` (its cached one, or trained now) to `folder`, where
     `trained_tokenizer` finds it first on every machine; returns the file's path. Commit it with the study's
     runs: runs made before it saw this machine's (or another machine's) token ids, as their
-    ``tokenizer_sha256`` tells."""
+    ``tokenizer_sha256`` tells.
+
+    Shipping again what is shipped (the same content) writes nothing and returns the path, so the documented
+    command can be rerun. Another tokenizer under that name is refused (`ShippedTokenizerError`): every machine
+    loads the shipped one, and replacing it would change the token ids of the runs recorded with it."""
     path = shipped_path(kind, texts, vocab_size, folder)
+    content = _as_transformers(kind, _machine_tokenizer(kind, texts, vocab_size)).backend_tokenizer.to_str()
     if path.is_file():
-        raise FileExistsError(f"{path} is already shipped for these texts; remove it first to ship another")
-    backend = trained_tokenizer(kind, texts, vocab_size).backend_tokenizer
+        if path.read_text(encoding="utf-8") == content:
+            return path
+        shipped = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        mine = hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+        raise ShippedTokenizerError(
+            f"{path} is already shipped for these texts, and differs from this machine's tokenizer for them (file "
+            f"sha256 {shipped}, this machine's {mine}; WordPiece trainings differ): every machine loads the shipped "
+            f"one, so keep it (nothing to do); to ship this machine's instead, remove {path.name} and run this again "
+            "(the runs recorded with the shipped one would then no longer repeat)"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(backend.to_str(), encoding="utf-8")
+    path.write_text(content, encoding="utf-8")
     return path
 
 
@@ -151,26 +181,34 @@ def _as_transformers(kind: str, tokenizer: Any) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m cadence_harness.running.text_tokenizers RECIPE --data-dir DIR``: ship the tokenizer that a
-    text recipe's runs train (its model's kind, vocabulary size and training texts) to `SHIPPED`."""
+    text recipe's runs train (its model's kind, vocabulary size and training texts) to `SHIPPED`; rerun, it says
+    that the same one is shipped. What cannot be shipped is refused in one line, exit code 2."""
     import argparse
 
     from cadence_harness.running import data, resident
-    from cadence_harness.running.recipe import load_recipe
+    from cadence_harness.running.recipe import RecipeError, load_recipe
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m cadence_harness.running.text_tokenizers", description=main.__doc__)
     parser.add_argument("recipe", help="a text recipe whose model is built from a config (hf/bert-tiny, ...)")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
-    recipe = load_recipe(args.recipe)
-    _, kind = family(recipe.model)
-    if kind not in HF_CONFIGS:
-        parser.error(f"{recipe.model} comes with its own tokenizer; only config-built models train one here")
-    dataset = resident.load_dataset(
-        recipe.data, data_dir=args.data_dir, subset=recipe.subset, eval_subset=recipe.eval_subset, download=False
-    )
-    if not isinstance(dataset, data.TextData):
-        parser.error(f"recipe {args.recipe}'s data {recipe.data!r} has no texts")
-    print(ship_tokenizer(kind, dataset.train_text, recipe.model_kwargs.get("vocab_size", DEFAULT_VOCAB_SIZE)))
+    try:
+        recipe = load_recipe(args.recipe)
+        _, kind = family(recipe.model)
+        if kind not in HF_CONFIGS:
+            raise RecipeError(f"{recipe.model} comes with its own tokenizer; only config-built models train one here")
+        dataset = resident.load_dataset(
+            recipe.data, data_dir=args.data_dir, subset=recipe.subset, eval_subset=recipe.eval_subset, download=False
+        )
+        if not isinstance(dataset, data.TextData):
+            raise RecipeError(f"recipe {args.recipe}'s data {recipe.data!r} has no texts")
+        vocab_size = recipe.model_kwargs.get("vocab_size", DEFAULT_VOCAB_SIZE)
+        existed = shipped_path(kind, dataset.train_text, vocab_size).is_file()
+        path = ship_tokenizer(kind, dataset.train_text, vocab_size)
+    except (RecipeError, ShippedTokenizerError, FileNotFoundError) as error:  # FileNotFoundError: a dataset
+        parser.exit(2, f"{parser.prog}: {error}\n")
+    print(f"{path} is already shipped: this machine's tokenizer for these texts, the same; nothing to do" if existed
+          else f"shipped {path}; commit it")  # fmt: skip
 
 
 if __name__ == "__main__":
