@@ -89,11 +89,8 @@ class CompiledStep:
         self._before = _counts()
 
     def loss(self, outputs: Any, batch: Any) -> Any:
-        """The compiled loss. Tracing it reads ``.grad`` of the outputs (not leaves), which makes torch warn
-        at every (re)compile about something no user code did; that one warning is silenced here."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_NON_LEAF_GRAD_WARNING, category=UserWarning)
-            loss = self._loss(outputs, batch)
+        """The compiled loss (a copy of it, where CUDA graphs would overwrite it)."""
+        loss = self._loss(outputs, batch)
         if self._loss.last_call_compiled:  # a CUDA graph's output is overwritten by the next replay: keep a copy
             loss = _cloned(loss)
         first_compiled_step = self._loss.last_call_compiled and self._loss.compiled_calls == 1
@@ -130,7 +127,11 @@ class EagerUnderDispatchMode:
             self.eager_calls += 1
             return self.eager(*args, **kwargs)
         self.compiled_calls += 1
-        return self.compiled(*args, **kwargs)
+        # Tracing reads ``.grad`` of its non-leaf inputs (the loss's outputs, the activations a frame resumes from
+        # after a graph break), which makes torch warn at every (re)compile about something no user code did
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_NON_LEAF_GRAD_WARNING, category=UserWarning)
+            return self.compiled(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # only for names not set in __init__
         if name in ("compiled", "eager"):  # not set yet (a copy being built): no recursion
