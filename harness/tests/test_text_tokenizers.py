@@ -108,3 +108,10 @@ def test_the_command_says_when_the_same_tokenizer_is_shipped_and_refuses_another
     assert exit_.value.code == 2 and line.startswith(f"python -m {text_tokenizers.__name__}: {path} is already")
     assert line.endswith(f"to ship this machine's instead, remove {path.name} and run this again "
                          "(the runs recorded with the shipped one would then no longer repeat)")  # fmt: skip
+
+
+def test_the_command_refuses_an_image_recipe_for_what_it_is(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        text_tokenizers.main(["cifar10_resnet20"])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert exit_.value.code == 2 and "cifar10_resnet20 trains on cifar10, not text" in line

@@ -187,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from cadence_harness.running import data, resident
     from cadence_harness.running.recipe import RecipeError, load_recipe
+    from cadence_harness.running.recipe_checks import DATASETS
 
     parser = argparse.ArgumentParser(prog="python -m cadence_harness.running.text_tokenizers", description=main.__doc__)
     parser.add_argument("recipe", help="a text recipe whose model is built from a config (hf/bert-tiny, ...)")
@@ -195,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         recipe = load_recipe(args.recipe)
         _, kind = family(recipe.model)
+        if DATASETS.get(recipe.data) != "text":
+            raise RecipeError(f"{args.recipe} trains on {recipe.data}, not text: only a text recipe has a tokenizer")
         if kind not in HF_CONFIGS:
             raise RecipeError(f"{recipe.model} comes with its own tokenizer; only config-built models train one here")
         dataset = resident.load_dataset(
