@@ -58,3 +58,39 @@ def test_method_rng_state_survives_loading_before_setup() -> None:
     fresh.setup(FakeState())
     assert torch.equal(torch.rand(4, generator=fresh.generator), expected)
     assert derive_seed(11, "m") != derive_seed(12, "m") and derive_seed(11, "m") == derive_seed(11, "m")
+
+
+def test_a_run_logs_the_seed_of_every_methods_generator() -> None:
+    """Each method's randomness is traceable from the run's params: its generators' seeds, derived from the run's
+    seed (changing with it) unless the method was given its own; a duck-typed method adds nothing."""
+    from unittest.mock import Mock
+
+    from torch.utils.data import DataLoader
+
+    from cadence import Event, Trainer
+    from cadence.loggers import InMemoryLogger
+    from cadence.ops import RandomMethod
+    from cadence.testing import image_dataset, tiny_image_classifier
+
+    class Draws(RandomMethod):
+        generators = {"draws": "device", "host": "cpu"}
+        events = (Event.INIT,)
+
+        def apply(self, event: Event, state: object, logger: object) -> None:
+            self.setup_generators(state)  # type: ignore[arg-type]
+
+    def logged(seed: int, method_seed: int | None = None) -> dict:
+        logger, model = InMemoryLogger(), tiny_image_classifier(4)
+        mock = Mock(spec=["match", "apply"], **{"match.return_value": False})
+        Trainer(model=model, train_dataloader=DataLoader(image_dataset(4, 4), batch_size=4), max_duration="1ba",
+                algorithms=[Draws(seed=method_seed), mock], loggers=[logger], seed=seed, device="cpu",
+                progress_bar=False).fit()  # fmt: skip
+        return {k: v for k, v in logger.hyperparameters.items() if k.startswith("seed/")}
+
+    first = logged(1)
+    assert first == {"seed/Draws/draws": derive_seed(1, "draws"), "seed/Draws/host": derive_seed(1, "host")}
+    assert logged(2) != first and logged(1) == first
+    assert logged(1, method_seed=7) == {
+        "seed/Draws/draws": derive_seed(7, "draws"),
+        "seed/Draws/host": derive_seed(7, "host"),
+    }

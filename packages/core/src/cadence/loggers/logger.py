@@ -21,8 +21,13 @@ __all__ = ["Destination", "Logger", "failure_kind", "run_hyperparameters"]
 
 
 def run_hyperparameters(state: State) -> dict[str, Any]:
-    """What the trainer logs about a run at FIT_START (the methods by their repr, with arguments)."""
-    return {
+    """What the trainer logs about a run at FIT_START: the methods by their repr, with arguments, and the seed of
+    each method's generator (``seed/MixUp/mixup``: derived from the run's seed unless the method was given one)."""
+    seeds = {}
+    for algorithm in state.algorithms:
+        if callable(getattr(type(algorithm), "generator_seeds", None)):  # the class's: a Mock's attributes are not
+            seeds.update({f"seed/{type(algorithm).__name__}/{k}": v for k, v in algorithm.generator_seeds().items()})
+    return seeds | {
         "seed": state.rank_zero_seed,
         "max_duration": str(state.max_duration),
         # Composer's spelling, as the Trainer's `device` argument takes it ('cpu', 'gpu'), so that a caller that logs

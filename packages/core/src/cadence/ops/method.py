@@ -59,6 +59,11 @@ class RandomMethod(Method):
         for name, where in self.generators.items():
             self._rngs[name].setup(state, torch.device("cpu") if where == "cpu" else None)
 
+    def generator_seeds(self) -> dict[str, int]:
+        """``{generator name: the seed it was created with}``, once INIT created them (the Trainer logs them, so a
+        run's randomness can be traced per method; on resume they are the same numbers)."""
+        return {name: rng.seed_used for name, rng in self._rngs.items() if rng.seed_used is not None}
+
     def generator(self, name: str) -> torch.Generator:
         """The generator `name` (a CPU generator when used before INIT, outside a run)."""
         return self._rngs[name].generator

@@ -53,6 +53,7 @@ class MethodRNG:
     def __init__(self, name: str, seed: int | None = None):
         self.name = name
         self.seed = seed
+        self.seed_used: int | None = None  # what `setup` seeded the generator with (logged with the run)
         self._generator: torch.Generator | None = None
         self._pending: torch.Tensor | None = None
 
@@ -60,6 +61,7 @@ class MethodRNG:
         """Create the generator on `device` (default: the run's device), seeded from the run."""
         device = device if device is not None else getattr(state, "device", torch.device("cpu"))
         seed = self.seed if self.seed is not None else derive_seed(getattr(state, "seed", 0), self.name)
+        self.seed_used = seed
         self._generator = new_generator(device, seed)
         if self._pending is not None:
             set_generator_state(self._generator, self._pending)
