@@ -7,14 +7,13 @@ rebuilt, and compared, without the store.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from cadence_harness.reading.report import Report, report_from_records
 from cadence_harness.records import read_records, records_file
 from cadence_harness.running.bridge import export_runs
-from cadence_harness.running.recipe import RecipeError
+from cadence_harness.running.recipe import RecipeError, did_you_mean
 from cadence_harness.running.tracking import client, harness_experiments, resolve_tracking_uri
 
 __all__ = ["build_report", "export_store", "require_experiments", "require_store_experiments"]
@@ -26,10 +25,8 @@ def require_experiments(names: Iterable[str], known: Sequence[str], where: str, 
     only as "no finished runs" with exit code 0."""
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=2)
-            guess = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
             raise RecipeError(
-                f"{asked_as} {name!r}: no experiment of that name in {where}; {guess}"
+                f"{asked_as} {name!r}: no experiment of that name in {where}; {did_you_mean(name, known, n=2)}"
                 f"experiments there: {', '.join(known) or 'none'}"
             )
 

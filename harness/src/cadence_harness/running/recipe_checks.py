@@ -108,10 +108,10 @@ def fail(key: str, value: Any, problem: str) -> RecipeError:
     return RecipeError(f"`{key}` = {value!r}: {problem}")
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """``"did you mean 'cifar10'? "`` for the closest of `known`, or ``""``."""
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f"did you mean {close[0]!r}? " if close else ""
+def did_you_mean(name: str, known: Iterable[str], n: int = 1) -> str:
+    """``"did you mean 'cifar10'? "`` for the closest of `known` (``'a' or 'b'``, up to `n` of them), or ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=n)
+    return f"did you mean {' or '.join(map(repr, close))}? " if close else ""
 
 
 def unknown_key(
