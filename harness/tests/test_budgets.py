@@ -178,7 +178,7 @@ def test_a_grid_runs_in_the_order_expand_gives(
     monkeypatch.setattr(grid_module, "check_arms", lambda *args, **kwargs: None)
     monkeypatch.setattr(grid_module, "run_one_in_subprocess", lambda spec, **kwargs: started.append(spec.run_name))
     done = {expand(recipe)[4].config_hash: "run"}  # one run already finished: skipped, the order kept
-    monkeypatch.setattr(grid_module, "finished_config_hashes", lambda uri, experiment, machine=None: done)
+    monkeypatch.setattr(grid_module, "finished_config_hashes", lambda uri, experiment: done)
     result = run_grid(recipe, tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", progress=False, log_dir=tmp_path)
     assert started == [s.run_name for s in expand(recipe) if s.config_hash not in done]
     assert len(result.skipped) == 1 and len(result.finished) == len(expand(recipe)) - 1

@@ -18,7 +18,7 @@ from cadence_harness.running.bridge import export_runs, import_records
 from cadence_harness.running.grid import run_grid
 from cadence_harness.running.plan import expand
 from cadence_harness.running.recipe import Recipe
-from cadence_harness.running.tracking import finished_config_hashes
+from cadence_harness.running.tracking import finished_config_hashes, finished_machines
 from cadence_harness.store_report import build_report
 
 STUDY = Recipe(
@@ -167,7 +167,7 @@ def test_rerun_elsewhere_runs_again_what_last_ran_on_another_machine(
 
 
 def test_the_newest_run_of_a_configuration_says_where_it_ran(store: tuple[str, Path], tmp_path: Path) -> None:
-    """As the reading keeps only the newest run of a configuration, so does `finished_config_hashes(machine=)`."""
+    """As the reading keeps only the newest run of a configuration, so does `finished_machines`."""
     uri, _ = store
     records = tmp_path / "sweep.jsonl"
     export_runs(uri, "sweep", records)
@@ -180,8 +180,9 @@ def test_the_newest_run_of_a_configuration_says_where_it_ran(store: tuple[str, P
     for path in (records, later, earlier):
         import_records(both, path)  # each configuration of both arms now has a run on each machine
     by_arm = {json.loads(line)["config_hash"]: json.loads(line)["arm"] for line in lines}
-    here = finished_config_hashes(both, "sweep", machine="test cpu")
-    there = finished_config_hashes(both, "sweep", machine="another cpu")
+    last_ran_on = finished_machines(both, "sweep")
+    here = [key for key, machine in last_ran_on.items() if machine == "test cpu"]
+    there = [key for key, machine in last_ran_on.items() if machine == "another cpu"]
     assert {by_arm[key] for key in here} == {"baseline"} and {by_arm[key] for key in there} == {"fast"}
     assert len(here) == len(there) == 9 and len(finished_config_hashes(both, "sweep")) == 18
 

@@ -48,7 +48,7 @@ from cadence_harness.running.runners import (
 )
 from cadence_harness.running.runspec import RunSpec, config_hash
 from cadence_harness.running.scale_out import check_shares, require_processes
-from cadence_harness.running.tracking import finished_config_hashes, resolve_tracking_uri
+from cadence_harness.running.tracking import finished_config_hashes, finished_machines, resolve_tracking_uri
 
 __all__ = ["GridResult", "check_arms", "check_in_process", "parse_shard", "run_grid", "select_shard"]
 
@@ -218,15 +218,19 @@ def run_grid(
         if imported and progress:
             print(f"imported {len(imported)} finished runs from {records} into {uri}")
     here = machine_on(recipe.device) if rerun_elsewhere else None
-    done = {} if rerun_finished else finished_config_hashes(uri, recipe.name, machine=here)
+    last_ran_on = finished_machines(uri, recipe.name) if here is not None else {}
+    if rerun_finished:
+        done: set[str] = set()
+    elif here is not None:
+        done = {key for key, machine in last_ran_on.items() if machine == here}
+    else:
+        done = set(finished_config_hashes(uri, recipe.name))
     result = GridResult(planned=len(mine))
     todo: list[RunSpec] = []
     for spec in mine:
         (result.skipped if spec.config_hash in done else todo).append(spec)
-    if here is not None and progress:
-        anywhere = finished_config_hashes(uri, recipe.name)
-        if again := sum(spec.config_hash in anywhere for spec in todo):
-            print(f"{again} of the {len(mine)} runs last ran on another machine; they run again on this one: {here}")
+    if progress and (again := sum(spec.config_hash in last_ran_on for spec in todo)):
+        print(f"{again} of the {len(mine)} runs last ran on another machine; they run again on this one: {here}")
     if records is not None and (warning := environment_mismatch(records, _here(recipe), [s.config_hash for s in todo])):
         print(warning, file=sys.stderr)
     if records is not None and result.skipped:  # runs the store holds but the records lack (a run without them)

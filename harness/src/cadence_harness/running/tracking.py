@@ -8,7 +8,14 @@ from typing import Any
 
 from cadence_harness.records import TAG, machine_name
 
-__all__ = ["client", "finished_config_hashes", "mark_failed", "resolve_tracking_uri", "search_runs"]
+__all__ = [
+    "client",
+    "finished_config_hashes",
+    "finished_machines",
+    "mark_failed",
+    "resolve_tracking_uri",
+    "search_runs",
+]
 
 DEFAULT_STORE = "mlflow.db"
 
@@ -63,20 +70,21 @@ def harness_experiments(mlflow_client: Any) -> list[str]:
     return sorted(names)
 
 
-def finished_config_hashes(uri: str, experiment: str, machine: str | None = None) -> dict[str, str]:
-    """``{config hash: run id}`` of the experiment's finished runs.
-
-    Given `machine` (as `records.machine_name` spells it), only the configurations whose newest finished run ran
-    on it: the run the reading keeps of a configuration (`records.latest_per_config`) is its newest, so a
-    configuration whose newest run ran elsewhere has no time this machine's runs can be compared with.
-    """
+def finished_config_hashes(uri: str, experiment: str) -> dict[str, str]:
+    """``{config hash: run id}`` of the experiment's finished runs."""
     runs = search_runs(client(uri), [experiment])
-    if machine is None:
-        return {run.data.tags[f"{TAG}config_hash"]: run.info.run_id for run in runs}
+    return {run.data.tags[f"{TAG}config_hash"]: run.info.run_id for run in runs}
+
+
+def finished_machines(uri: str, experiment: str) -> dict[str, str]:
+    """``{config hash: the machine its newest finished run ran on}`` (as `records.machine_name` spells it): the
+    run the reading keeps of a configuration (`records.latest_per_config`) is its newest, so a configuration whose
+    newest run ran elsewhere has no time this machine's runs can be compared with."""
     newest: dict[str, Any] = {}
-    for run in sorted(runs, key=lambda run: (run.info.end_time or 0, run.info.run_id)):
+    runs = search_runs(client(uri), [experiment])
+    for run in sorted(runs, key=lambda run: (run.info.end_time or 0, run.info.run_id)):  # the newest last
         newest[run.data.tags[f"{TAG}config_hash"]] = run
-    return {key: run.info.run_id for key, run in newest.items() if machine_name(run.data.params) == machine}
+    return {key: machine_name(run.data.params) for key, run in newest.items()}
 
 
 def mark_failed(
