@@ -166,8 +166,7 @@ def run_search(
             _say(elsewhere(found, machine))
             return 0
         for seeds, curve, combinations, rerun in batches:
-            command = grid_command(study, combinations, seeds, curve) + (" --rerun-elsewhere" if rerun else "")
-            print(f"the search waits for: {command}", flush=True)
+            print(f"the search waits for: {grid_command(study, combinations, seeds, curve, rerun)}", flush=True)
             if dry_run:
                 continue
             grid = {"arms": ["baseline"], "combinations": [arm.split("+") for arm in combinations]}

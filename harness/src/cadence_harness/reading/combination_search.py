@@ -182,7 +182,7 @@ class Search:
                 what += f", on {self.machine} (the baseline's machine: times compare only within one)"
             lines += ["", f"The search continues once these run {what}: `{self.command()}`."]
         for seeds, curve, arms in self.rerun_batches():
-            command = grid_command(self.study, arms, seeds, curve) + " --rerun-elsewhere --data-dir ../shared/data"
+            command = grid_command(self.study, arms, seeds, curve, rerun_elsewhere=True) + " --data-dir ../shared/data"
             lines += ["", f"The search continues once these run again on {self.machine}: `{command}`."]
         if self.to_run or self.rerun:
             lines[-1] += f" `cadence-bench grid {self.study} --search` runs this round and the ones after it."
@@ -254,12 +254,16 @@ def _needs_longer(search: Search, curve: Curve, base: Curve, speedup: TargetSpee
         search.longer[curve.arm] = budget
 
 
-def grid_command(study: str, combinations: Sequence[str], seeds: int, curve: str = "sweep") -> str:
+def grid_command(
+    study: str, combinations: Sequence[str], seeds: int, curve: str = "sweep", rerun_elsewhere: bool = False
+) -> str:
     """The ``cadence-bench grid`` command that runs `combinations` beside the baseline on `seeds` seeds,
-    one run per budget (`curve` "sweep") or one cyclic run each ("cyclic")."""
+    one run per budget (`curve` "sweep") or one cyclic run each ("cyclic"); `rerun_elsewhere`: again where they
+    last ran on another machine."""
     combos = " ".join(f"--combination {arm}" for arm in combinations)
     cyclic = " --curve cyclic" if curve == "cyclic" else ""
-    return f"cadence-bench grid {study} --arms baseline {combos} --seeds {seeds}{cyclic}"
+    again = " --rerun-elsewhere" if rerun_elsewhere else ""
+    return f"cadence-bench grid {study} --arms baseline {combos} --seeds {seeds}{cyclic}{again}"
 
 
 def _by_methods(curves: Sequence[Curve], cyclic: bool = False) -> dict[frozenset[str], Curve]:
